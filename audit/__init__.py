@@ -1,0 +1,1 @@
+"""Audit: run records, hashed traces, encrypted diagnostics, a tamper-evident log, replay."""

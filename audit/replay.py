@@ -1,0 +1,181 @@
+"""Replay: re-run the sampler from a run record and compare the traces step by step.
+
+Kept Django-light: it reads a RunRecord's stored JSON and calls the gpu_worker runner of the
+recorded route. A different weights hash, tokenizer, runtime (torch, Python, device), code
+revision or batch makes the replay *approximate*: it still runs, and the report says why.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from audit.canonical import sha256_hex
+from audit.runbody import OutcomeLike, device_label, runtime_info
+from audit.trace import Divergence, trace_compare, trace_hash
+
+# route -> "module:function" of a runner with infill_request's signature
+RUNNERS: dict[str, str] = {
+    "diffusion": "gpu_worker.infill:infill_request",
+    "ar": "gpu_worker.ar:ar_infill_request",
+}
+_RUNTIME_KEYS = ("torch", "torch_cuda", "python", "device", "git_revision", "stencil")
+
+
+class ReplayError(Exception):
+    """The run cannot be replayed at all (model directory gone, unknown route)."""
+
+
+@dataclass
+class ReplayReport:
+    run_id: str
+    identical: bool
+    approximate: bool
+    approximate_reasons: list[str] = field(default_factory=list)
+    divergence: Divergence | None = None
+    notes: list[str] = field(default_factory=list)  # other mismatches (outputs, hashes)
+    steps_recorded: int = 0
+    steps_replayed: int = 0
+    device: str = "cpu"
+
+    def summary(self) -> str:
+        if self.divergence is not None:
+            head = f"diverged at step {self.divergence.step}: {self.divergence.what}"
+        elif self.identical:
+            head = f"identical ({self.steps_replayed} steps, same output hash)"
+        else:
+            head = "diverged after the last step: " + "; ".join(self.notes)
+        if self.approximate:
+            head = "approximate replay (" + "; ".join(self.approximate_reasons) + "): " + head
+        return head
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "identical": self.identical,
+            "approximate": self.approximate,
+            "approximate_reasons": self.approximate_reasons,
+            "diverged_at": self.divergence.step if self.divergence else None,
+            "divergence": self.divergence.what if self.divergence else None,
+            "notes": self.notes,
+            "steps_recorded": self.steps_recorded,
+            "steps_replayed": self.steps_replayed,
+            "device": self.device,
+            "summary": self.summary(),
+        }
+
+
+def runner_for(route: str) -> Callable[..., OutcomeLike]:
+    target = RUNNERS.get(route) or (RUNNERS["ar"] if route.startswith("ar") else None)
+    if target is None:
+        raise ReplayError(f"route {route!r} has no replay runner (known: {sorted(RUNNERS)})")
+    module_name, func_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ReplayError(f"the {route} route's sampler {module_name} is unavailable") from exc
+    runner: Callable[..., OutcomeLike] = getattr(module, func_name)
+    return runner
+
+
+def _pick_device(recorded: str) -> tuple[str, str | None]:
+    """A torch device for a recorded device label ("cpu", "cuda:0" or "cuda:<GPU name>")."""
+    import torch
+
+    if not recorded.startswith("cuda"):
+        return "cpu", None
+    if not torch.cuda.is_available():
+        return "cpu", f"recorded on {recorded}, no CUDA here: replayed on cpu"
+    suffix = recorded.partition(":")[2]
+    return (f"cuda:{suffix}" if suffix.isdigit() else "cuda"), None
+
+
+def _sampler_config(recorded: dict[str, Any]) -> Any:
+    from gpu_worker.config import SamplerConfig
+
+    return SamplerConfig.from_json(recorded)
+
+
+def _short(digest: str) -> str:
+    return digest[:12]
+
+
+def replay_run(
+    *, run_id: str, body: dict[str, Any], request: dict[str, Any], trace: list[dict[str, Any]]
+) -> ReplayReport:
+    """Re-run one recorded run; compare its trace, outputs and runtime with the record."""
+    import torch
+
+    from gpu_worker.backends import load_backend
+
+    model = body["stencil.model"]
+    runtime = body["stencil.runtime"]
+    device, device_note = _pick_device(str(runtime.get("device", "cpu")))
+    model_dir = Path(model["dir"])
+    if not (model_dir / "model.safetensors").is_file():
+        raise ReplayError(f"the recorded model directory {model_dir} is not on this machine")
+    runner = runner_for(str(body["stencil.route"]))
+    loaded = load_backend(model_dir, device=device)
+
+    reasons: list[str] = [device_note] if device_note else []
+    if loaded.weights_sha256 != model["weights_sha256"]:
+        reasons.append(
+            f"weights sha256 differs: recorded {_short(model['weights_sha256'])}, "
+            f"now {_short(loaded.weights_sha256)}"
+        )
+    if loaded.tokenizer_sha256 != model["tokenizer_sha256"]:
+        reasons.append(
+            f"tokenizer sha256 differs: recorded {_short(model['tokenizer_sha256'])}, "
+            f"now {_short(loaded.tokenizer_sha256)}"
+        )
+    now = runtime_info(device_label(torch.device(device)))
+    for key in _RUNTIME_KEYS:
+        if runtime.get(key) != now.get(key):
+            reasons.append(f"{key} differs: recorded {runtime.get(key)}, now {now.get(key)}")
+    batch_size = int(body["stencil.batch"]["size"])
+    if batch_size > 1:
+        reasons.append(f"recorded in a batch of {batch_size}, replayed alone")
+
+    replay_request = {**request, "seed": body["stencil.generator"]["seed"]}
+    outcome = runner(
+        loaded,
+        replay_request,
+        config=_sampler_config(body["stencil.sampler"]["config"]),
+        device=torch.device(device),
+    )
+
+    replayed = trace_hash(outcome.trace)
+    divergence = trace_compare(trace, replayed)
+    recorded_out = body["stencil.outcome"]
+    notes: list[str] = []
+    if outcome.config_sha256 != body["stencil.sampler"]["config_sha256"]:
+        notes.append("sampler config sha256 differs")
+    if sha256_hex(outcome.document) != recorded_out["document_sha256"]:
+        notes.append("output document hash differs")
+    if int(outcome.forward_passes) != int(recorded_out["forward_passes"]):
+        notes.append(
+            f"forward passes {recorded_out['forward_passes']} -> {outcome.forward_passes}"
+        )
+    if outcome.trace_sha256 != recorded_out["trace_sha256"] and divergence is None:
+        notes.append("the sampler's own trace sha256 differs")
+    return ReplayReport(
+        run_id=run_id,
+        identical=divergence is None and not notes,
+        approximate=bool(reasons),
+        approximate_reasons=reasons,
+        divergence=divergence,
+        notes=notes,
+        steps_recorded=len(trace),
+        steps_replayed=len(replayed),
+        device=device,
+    )
+
+
+def replay_record(*, run_id: str, body: str, request: str, trace: str) -> ReplayReport:
+    return replay_run(
+        run_id=run_id, body=json.loads(body), request=json.loads(request), trace=json.loads(trace)
+    )

@@ -1,0 +1,211 @@
+"""The run record body: what reproduces a run, under OpenTelemetry GenAI names where they exist.
+
+Holds hashes of outputs and of intermediate state, never their text. The request canvas (the
+input: locked text + hole specs) is stored beside the body, in ``RunRecord.request``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import platform
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from audit.canonical import json_sha256, sha256_hex
+from audit.models import RUN_RECORD_SCHEMA_VERSION
+
+SCHEMA = "stencil.audit.run_record"
+# violation keys that are labels (kept); anything else in a violation is only hashed
+_VIOLATION_LABELS = ("hole", "code", "kind", "rule", "name", "constraint")
+
+
+class OutcomeLike(Protocol):
+    """The fields of gpu_worker.infill.InfillOutcome the audit reads."""
+
+    holes: dict[str, str]
+    document: str
+    forward_passes: int
+    steps: int
+    timings: dict[str, float]
+    trace: list[dict[str, Any]]
+    trace_sha256: str
+    config: dict[str, Any]
+    config_sha256: str
+    seed: int
+    route: str
+    cancelled: bool
+    violations: list[dict[str, Any]]
+
+
+@functools.lru_cache(maxsize=1)
+def git_revision() -> str:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    revision = result.stdout.strip()
+    return revision if result.returncode == 0 and revision else "unknown"
+
+
+def stencil_version() -> str:
+    try:
+        return importlib.metadata.version("stencil")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def device_label(device: torch.device) -> str:
+    """"cpu" or "cuda:<GPU name>", the worker's label for a device (gpu_worker.runtime)."""
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    return device.type
+
+
+def runtime_info(device: str) -> dict[str, Any]:
+    """Versions and hardware that decide whether a replay can be bit-identical.
+
+    ``device`` is the worker's label ("cpu", "cuda:NVIDIA H200", or a torch device string).
+    """
+    return {
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "stencil": stencil_version(),
+        "git_revision": git_revision(),
+        "device": device,
+        "platform": platform.machine(),
+    }
+
+
+def generator_state_sha256(seed: int) -> str:
+    """sha256 of a CPU torch.Generator's state right after ``manual_seed(seed)``."""
+    state = torch.Generator(device="cpu").manual_seed(int(seed)).get_state()
+    return sha256_hex(bytes(state.tolist()))
+
+
+def canvas_hash(request: Mapping[str, Any]) -> str:
+    return json_sha256(list(request.get("segments", [])))
+
+
+def _holes(request: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [s for s in request.get("segments", []) if isinstance(s, Mapping) and "hole" in s]
+
+
+def constraint_hash(request: Mapping[str, Any]) -> str:
+    return json_sha256([[h.get("hole"), h.get("constraint")] for h in _holes(request)])
+
+
+def violations_summary(violations: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {k: v for k, v in item.items() if k in _VIOLATION_LABELS and isinstance(v, str)}
+        for item in violations
+    ]
+
+
+def output_tokens(trace: Sequence[Mapping[str, Any]]) -> int | None:
+    """Tokens committed over the run, when the trace says (committed minus re-masked)."""
+    total = 0
+    seen = False
+    for step in trace:
+        for key, sign in (("committed", 1), ("remasked", -1)):
+            value = step.get(key)
+            if isinstance(value, list | tuple):
+                total += sign * len(value)
+                seen = True
+            elif isinstance(value, int) and not isinstance(value, bool):
+                total += sign * value
+                seen = True
+    return total if seen else None
+
+
+def run_body_build(
+    *,
+    run_id: str,
+    job_id: str | None,
+    attempt: int,
+    route: str,
+    model_dir: str,
+    weights_sha256: str,
+    tokenizer_sha256: str,
+    request: Mapping[str, Any],
+    outcome: OutcomeLike,
+    batch_job_ids: Sequence[str],
+    device: str,
+    router_decision: Mapping[str, Any],
+    correlation_id: str,
+    template_version: str | None,
+    trace_head: str,
+    diagnostics: bool,
+) -> dict[str, Any]:
+    config = dict(outcome.config)
+    holes = _holes(request)
+    max_tokens = sum(int(h.get("max_tokens", 0) or 0) for h in holes)
+    batch = list(batch_job_ids)
+    return {
+        "schema": SCHEMA,
+        "schema_version": RUN_RECORD_SCHEMA_VERSION,
+        "gen_ai.operation.name": "text_completion",
+        "gen_ai.provider.name": "stencil",
+        "gen_ai.request.model": Path(model_dir).name,
+        "gen_ai.response.model": Path(model_dir).name,
+        "gen_ai.response.id": run_id,
+        "gen_ai.request.seed": int(outcome.seed),
+        "gen_ai.request.temperature": config.get("temperature"),
+        "gen_ai.request.top_p": config.get("top_p"),
+        "gen_ai.request.max_tokens": max_tokens,
+        "gen_ai.usage.output_tokens": output_tokens(outcome.trace),
+        "gen_ai.response.finish_reasons": ["cancelled" if outcome.cancelled else "stop"],
+        "stencil.job_id": job_id,
+        "stencil.attempt": attempt,
+        "stencil.correlation_id": correlation_id,
+        "stencil.route": route,
+        "stencil.outcome_route": outcome.route,
+        "stencil.router_decision": dict(router_decision),
+        "stencil.model": {
+            "dir": str(model_dir),
+            "weights_sha256": weights_sha256,
+            "tokenizer_sha256": tokenizer_sha256,
+        },
+        "stencil.sampler": {"config": config, "config_sha256": outcome.config_sha256},
+        "stencil.generator": {
+            "seed": int(outcome.seed),
+            "initial_state_sha256": generator_state_sha256(outcome.seed),
+        },
+        "stencil.precision": config.get("precision"),
+        "stencil.runtime": runtime_info(device),
+        "stencil.batch": {
+            "size": max(len(batch), 1),
+            "job_ids": batch,
+            "position": batch.index(job_id) if job_id in batch else None,
+        },
+        "stencil.canvas": {
+            "sha256": canvas_hash(request),
+            "holes": len(holes),
+            "constraint_sha256": constraint_hash(request),
+            "template_version": template_version,
+            "request_seed": request.get("seed"),
+        },
+        "stencil.timings": dict(outcome.timings),
+        "stencil.outcome": {
+            "forward_passes": int(outcome.forward_passes),
+            "steps": int(outcome.steps),
+            "cancelled": bool(outcome.cancelled),
+            "violations_count": len(outcome.violations),
+            "violations": violations_summary(outcome.violations),
+            "violations_sha256": json_sha256(list(outcome.violations)),
+            "trace_sha256": outcome.trace_sha256,
+            "trace_chain_head": trace_head,
+            "trace_steps": len(outcome.trace),
+            "document_sha256": sha256_hex(outcome.document),
+            "holes_sha256": {name: sha256_hex(text) for name, text in outcome.holes.items()},
+        },
+        "stencil.diagnostics": diagnostics,
+    }

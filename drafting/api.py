@@ -1,0 +1,494 @@
+"""The JSON API (/api/v1/...): everything the pages do, for scripts and for the pages' fetches.
+
+Errors are ``{"error": message, "errors": {field: message}}`` with 400 (bad input), 401 (no
+credentials), 403 (CSRF / not allowed), 404 (not yours or absent), 405, 409 (compare-and-set
+lost), 429 (admission control, with Retry-After). Model output is provisional until a person
+accepts it, and every answer that carries model text says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Collection
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt
+
+from drafting import selectors, services
+from drafting.auth import AuthError, csrf_failure_reason, user_from_authorization
+from drafting.models import Draft, DraftRevision, Fragment, InfillJob, TemplateVersion
+from drafting.templating import TemplateError
+
+MAX_BODY_BYTES = 1_000_000  # 1 MB: larger request bodies are refused before they are read
+SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
+EXPORT_FORMATS = {"txt": "txt", "md": "md"}
+
+ApiView = Callable[..., HttpResponse]
+
+
+class BadRequest(Exception):
+    """A request the API cannot read: the message says what to send instead."""
+
+    def __init__(self, message: str, *, errors: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or {}
+
+
+def error_response(
+    message: str, *, status: int, errors: dict[str, str] | None = None
+) -> JsonResponse:
+    return JsonResponse({"error": message, "errors": errors or {}}, status=status)
+
+
+# -- request plumbing -----------------------------------------------------------------------
+def api_endpoint(*methods: str) -> Callable[[ApiView], ApiView]:
+    """Authenticate (token or session + CSRF), check the method, translate errors to JSON."""
+    allowed = set(methods)
+
+    def decorate(view: ApiView) -> ApiView:
+        @csrf_exempt  # session writes are checked below; token requests carry no cookie
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method not in allowed:
+                response = error_response(
+                    f"method {request.method} is not allowed here", status=405
+                )
+                response["Allow"] = ", ".join(sorted(allowed))
+                return response
+            header = request.META.get("HTTP_AUTHORIZATION", "")
+            if header:
+                try:
+                    request.user = user_from_authorization(header)
+                except AuthError as exc:
+                    return _unauthorized(str(exc))
+            elif not request.user.is_authenticated:
+                return _unauthorized("authentication required: send 'Authorization: Token <key>'")
+            elif request.method not in SAFE_METHODS:
+                reason = csrf_failure_reason(request)
+                if reason is not None:
+                    return error_response(f"CSRF check failed: {reason}", status=403)
+            return _translate_errors(view, request, *args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def _unauthorized(message: str) -> JsonResponse:
+    response = error_response(message, status=401)
+    response["WWW-Authenticate"] = 'Token realm="stencil"'
+    return response
+
+
+def _translate_errors(view: ApiView, request: HttpRequest, *args: Any, **kwargs: Any
+                     ) -> HttpResponse:  # fmt: skip
+    try:
+        return view(request, *args, **kwargs)
+    except BadRequest as exc:
+        return error_response(str(exc), status=400, errors=exc.errors)
+    except services.UserError as exc:
+        return error_response(str(exc), status=400, errors=exc.errors)
+    except TemplateError as exc:
+        return error_response(str(exc), status=400, errors={"source": str(exc)})
+    except Http404 as exc:
+        return error_response(str(exc) or "not found", status=404)
+    except PermissionDenied as exc:
+        return error_response(str(exc) or "not allowed", status=403)
+    except services.ConflictError as exc:
+        return error_response(str(exc), status=409)
+    except services.AdmissionError as exc:
+        response = error_response(str(exc), status=429)
+        response["Retry-After"] = str(exc.retry_after)
+        return response
+
+
+def json_body(
+    request: HttpRequest, *, allowed: Collection[str], required: Collection[str] = ()
+) -> dict[str, Any]:
+    """The request's JSON object, refusing big bodies, non-objects and unknown fields."""
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError as exc:
+        raise BadRequest("the Content-Length header is not a number") from exc
+    if length > MAX_BODY_BYTES:
+        raise BadRequest(f"the request body is larger than {MAX_BODY_BYTES} bytes")
+    try:
+        raw = request.body
+    except RequestDataTooBig as exc:
+        raise BadRequest(f"the request body is larger than {MAX_BODY_BYTES} bytes") from exc
+    if len(raw) > MAX_BODY_BYTES:
+        raise BadRequest(f"the request body is larger than {MAX_BODY_BYTES} bytes")
+    if not raw.strip():
+        data: Any = {}
+    else:
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise BadRequest(f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be a JSON object")
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise BadRequest(
+            f"unknown field(s): {', '.join(unknown)}",
+            errors={name: "not a field of this request" for name in unknown},
+        )
+    missing = sorted(set(required) - set(data))
+    if missing:
+        raise BadRequest(
+            f"missing field(s): {', '.join(missing)}",
+            errors={name: "this field is required" for name in missing},
+        )
+    return data
+
+
+def _typed(data: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> Any:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) and kind is not bool:
+        raise BadRequest(f"{name} must be {what}", errors={name: f"must be {what}"})
+    if not isinstance(value, kind):
+        raise BadRequest(f"{name} must be {what}", errors={name: f"must be {what}"})
+    return value
+
+
+def _preset(data: dict[str, Any]) -> str:
+    preset = _typed(data, "preset", str, "a string") or "balanced"
+    return str(preset)
+
+
+# -- serialization ---------------------------------------------------------------------------
+def template_json(version: TemplateVersion, *, source: bool = False) -> dict[str, Any]:
+    template = version.template
+    data: dict[str, Any] = {
+        "slug": template.slug,
+        "title": template.title,
+        "kind": template.kind,
+        "description": template.description,
+        "version": version.number,
+        "fields": version.fields,
+        "holes": version.holes,
+        "route_hint": version.route_hint,
+    }
+    if source:
+        data["source"] = version.source
+    return data
+
+
+def fragment_json(fragment: Fragment) -> dict[str, Any]:
+    return {
+        "id": fragment.id,
+        "position": fragment.position,
+        "kind": fragment.kind,
+        "name": fragment.name,
+        "label": (fragment.spec or {}).get("label") or fragment.name,
+        "hint": (fragment.spec or {}).get("hint", ""),
+        "text": fragment.text,
+        "locked": fragment.locked,
+        "status": fragment.status,
+        "provisional": fragment.status == Fragment.Status.PROVISIONAL,
+    }
+
+
+def revision_json(revision: DraftRevision, *, text: bool = True) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "number": revision.number,
+        "reason": revision.reason,
+        "accepted": revision.accepted,
+        "created": revision.created.isoformat(),
+    }
+    if text:
+        data["text"] = revision.text
+    return data
+
+
+def draft_json(draft: Draft) -> dict[str, Any]:
+    version = draft.template_version
+    latest = selectors.job_latest_for_draft(draft=draft)
+    return {
+        "id": draft.id,
+        "title": draft.title,
+        "template": version.template.slug,
+        "template_version": version.number,
+        "revision": draft.revision,
+        "values": draft.values,
+        "fields": version.fields,
+        "fragments": [fragment_json(f) for f in draft.fragments.all()],
+        "has_provisional": selectors.draft_has_provisional(draft=draft),
+        "accepted_revision": revision_json(draft.accepted_revision)
+        if draft.accepted_revision
+        else None,
+        "latest_job": job_summary_json(latest) if latest else None,
+        "created": draft.created.isoformat(),
+        "updated": draft.updated.isoformat(),
+        "urls": {
+            "page": reverse("drafting:draft_detail", args=[draft.id]),
+            "review": reverse("drafting:draft_review", args=[draft.id]),
+        },
+    }
+
+
+def draft_summary_json(draft: Draft) -> dict[str, Any]:
+    return {
+        "id": draft.id,
+        "title": draft.title,
+        "template": draft.template_version.template.slug,
+        "revision": draft.revision,
+        "accepted": draft.accepted_revision_id is not None,
+        "updated": draft.updated.isoformat(),
+    }
+
+
+def job_summary_json(job: InfillJob) -> dict[str, Any]:
+    return {
+        "id": str(job.id),
+        "state": job.state,
+        "final": job.is_final,
+        "draft": job.draft_id,
+        "preset": job.preset,
+        "created": job.created.isoformat(),
+    }
+
+
+def _hole_labels(job: InfillJob) -> dict[str, str]:
+    """Readable names of a draft job's holes (hole names carry fragment ids)."""
+    labels: dict[str, str] = {}
+    if job.draft_id is None:
+        return labels
+    by_id = {f.id: f for f in Fragment.objects.filter(draft_id=job.draft_id)}
+    for target in job.target_fragments:
+        fragment = by_id.get(target.get("fragment"))
+        if fragment is not None:
+            label = (fragment.spec or {}).get("label") or fragment.name or "selected text"
+            labels[str(target.get("hole"))] = str(label)
+    return labels
+
+
+def job_json(job: InfillJob) -> dict[str, Any]:
+    progress = job.progress or {}
+    positions = int(progress.get("positions") or 0)
+    committed = int(progress.get("committed") or 0)
+    result = None
+    if job.result:
+        result = {**job.result, "provisional": True}
+    data = {
+        **job_summary_json(job),
+        "route": job.route,
+        "queue_position": selectors.queue_position(job=job),
+        "cancel_requested": job.cancel_requested,
+        "progress": {
+            "attempt": int(progress.get("attempt") or 0),
+            "step": int(progress.get("step") or 0),
+            "max_steps": int(progress.get("max_steps") or 0),
+            "committed": committed,
+            "positions": positions,
+            "committed_share": round(committed / positions, 4) if positions else 0.0,
+            "holes": progress.get("holes") or {},
+            "provisional": True,
+        },
+        "hole_labels": _hole_labels(job),
+        "result": result,
+        "reasons": job.reasons,
+        "attempts": len(job.attempts),
+        "seed": job.seed,
+        "config_sha256": job.config_sha256,
+        "started": job.started.isoformat() if job.started else None,
+        "finished": job.finished.isoformat() if job.finished else None,
+        "urls": {
+            "page": reverse("drafting:job_detail", args=[job.id]),
+            "cancel": reverse("api:job_cancel", args=[job.id]),
+            "review": reverse("drafting:draft_review", args=[job.draft_id])
+            if job.draft_id
+            else None,
+        },
+    }
+    return data
+
+
+# -- templates -------------------------------------------------------------------------------
+@api_endpoint("GET", "POST")
+def templates(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        if not request.user.is_staff:
+            raise PermissionDenied("only staff may create templates")
+        data = json_body(
+            request,
+            allowed={"slug", "title", "kind", "source", "description", "route_hint"},
+            required={"slug", "title", "kind", "source"},
+        )
+        for name in data:
+            _typed(data, name, str, "a string")
+        version = services.template_version_create(
+            slug=data["slug"], title=data["title"], kind=data["kind"], source=data["source"],
+            description=data.get("description") or "",
+            route_hint=data.get("route_hint") or "auto", user=request.user,
+        )  # fmt: skip
+        return JsonResponse(template_json(version, source=True), status=201)
+    items = [
+        template_json(v) for t in selectors.template_list() if (v := t.latest_version()) is not None
+    ]
+    return JsonResponse({"templates": items})
+
+
+@api_endpoint("GET")
+def template_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    template = selectors.template_get(slug=slug)
+    version = selectors.template_version_latest(template=template)
+    return JsonResponse(template_json(version, source=True))
+
+
+# -- drafts ----------------------------------------------------------------------------------
+@api_endpoint("GET", "POST")
+def drafts(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        data = json_body(request, allowed={"template", "values", "title"}, required={"template"})
+        slug = _typed(data, "template", str, "a template slug")
+        if not slug:
+            raise BadRequest("template must be a template slug", errors={"template": "required"})
+        values = _typed(data, "values", dict, "an object of field values") or {}
+        title = _typed(data, "title", str, "a string") or ""
+        template = selectors.template_get(slug=slug)
+        version = selectors.template_version_latest(template=template)
+        draft = services.draft_create(owner=request.user, version=version, values=values,
+                                      title=title)  # fmt: skip
+        return JsonResponse(draft_json(draft), status=201)
+    items = [draft_summary_json(d) for d in selectors.draft_list_for_user(user=request.user)]
+    return JsonResponse({"drafts": items})
+
+
+@api_endpoint("GET", "PATCH")
+def draft_detail(request: HttpRequest, draft_id: int) -> HttpResponse:
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    if request.method == "PATCH":
+        data = json_body(request, allowed={"values"}, required={"values"})
+        values = _typed(data, "values", dict, "an object of field values")
+        draft = services.draft_values_update(draft=draft, values=values or {})
+    return JsonResponse(draft_json(draft))
+
+
+def _fragment(request: HttpRequest, draft_id: int, fragment_id: int) -> Fragment:
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    return selectors.fragment_get_for_user(user=request.user, draft=draft, fragment_id=fragment_id)
+
+
+@api_endpoint("POST")
+def fragment_lock(request: HttpRequest, draft_id: int, fragment_id: int) -> HttpResponse:
+    fragment = _fragment(request, draft_id, fragment_id)
+    data = json_body(request, allowed={"locked"}, required={"locked"})
+    locked = _typed(data, "locked", bool, "true or false")
+    fragment = services.fragment_lock_set(fragment=fragment, locked=bool(locked))
+    return JsonResponse(fragment_json(fragment))
+
+
+@api_endpoint("POST")
+def fragment_review(request: HttpRequest, draft_id: int, fragment_id: int) -> HttpResponse:
+    fragment = _fragment(request, draft_id, fragment_id)
+    data = json_body(request, allowed={"action", "text"}, required={"action"})
+    action = _typed(data, "action", str, "accept, reject or edit")
+    text = _typed(data, "text", str, "a string")
+    fragment = services.fragment_review(
+        fragment=fragment, action=action, user=request.user, text=text
+    )
+    return JsonResponse(fragment_json(fragment))
+
+
+@api_endpoint("POST")
+def fragment_regenerate(request: HttpRequest, draft_id: int, fragment_id: int) -> HttpResponse:
+    fragment = _fragment(request, draft_id, fragment_id)
+    data = json_body(request, allowed={"start", "end", "preset"})
+    job = services.fragment_regenerate(
+        fragment=fragment, user=request.user, preset=_preset(data),
+        start=_typed(data, "start", int, "an integer"), end=_typed(data, "end", int, "an integer"),
+    )  # fmt: skip
+    return JsonResponse(job_json(job), status=202)
+
+
+@api_endpoint("POST")
+def draft_infill(request: HttpRequest, draft_id: int) -> HttpResponse:
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    data = json_body(request, allowed={"preset", "fragments"})
+    fragments = _typed(data, "fragments", list, "a list of fragment ids")
+    if fragments is not None and not all(
+        isinstance(f, int) and not isinstance(f, bool) for f in fragments
+    ):
+        raise BadRequest("fragments must be a list of fragment ids",
+                         errors={"fragments": "must be a list of integers"})  # fmt: skip
+    job = services.draft_infill_request(
+        draft=draft, user=request.user, preset=_preset(data), fragment_ids=fragments
+    )
+    return JsonResponse(job_json(job), status=202)
+
+
+@api_endpoint("GET")
+def draft_revisions(request: HttpRequest, draft_id: int) -> HttpResponse:
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    revisions = [revision_json(r) for r in selectors.draft_revision_list(draft=draft)]
+    return JsonResponse({"revisions": revisions, "diff": services.revision_diff(draft=draft)})
+
+
+@api_endpoint("POST")
+def draft_accept(request: HttpRequest, draft_id: int) -> HttpResponse:
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    data = json_body(request, allowed={"revision"}, required={"revision"})
+    expected = _typed(data, "revision", int, "the draft's revision number (an integer)")
+    revision = services.draft_accept(draft=draft, expected_revision=expected, user=request.user)
+    return JsonResponse(revision_json(revision))
+
+
+@api_endpoint("GET")
+def draft_export(request: HttpRequest, draft_id: int) -> HttpResponse:
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    fmt = request.GET.get("format", "txt")
+    if fmt not in EXPORT_FORMATS:
+        raise BadRequest("format must be txt or md", errors={"format": "txt or md"})
+    return export_response(draft, fmt)
+
+
+def export_response(draft: Draft, fmt: str) -> HttpResponse:
+    content, content_type = services.draft_export(draft=draft, fmt=fmt)
+    response = HttpResponse(content, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="draft-{draft.id}.{fmt}"'
+    return response
+
+
+# -- jobs ------------------------------------------------------------------------------------
+@api_endpoint("POST")
+def infill(request: HttpRequest) -> HttpResponse:
+    """Ad-hoc infill of Canvas JSON without a template; ``preset`` may ride along."""
+    data = json_body(request, allowed=set(services.CANVAS_KEYS) | {"preset"},
+                     required={"segments"})  # fmt: skip
+    preset = _preset(data)
+    canvas = {k: v for k, v in data.items() if k != "preset"}
+    job = services.infill_job_create(owner=request.user, request=canvas, preset=preset)
+    return JsonResponse(job_json(job), status=202)
+
+
+@api_endpoint("GET")
+def jobs(request: HttpRequest) -> HttpResponse:
+    items = [job_summary_json(j) for j in selectors.job_list_for_user(user=request.user)]
+    return JsonResponse({"jobs": items})
+
+
+@api_endpoint("GET")
+def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
+    job = selectors.job_get_for_user(user=request.user, job_id=job_id)
+    return JsonResponse(job_json(job))
+
+
+@api_endpoint("POST")
+def job_cancel(request: HttpRequest, job_id: str) -> HttpResponse:
+    job = selectors.job_get_for_user(user=request.user, job_id=job_id)
+    json_body(request, allowed=set())
+    job = services.infill_job_cancel(job=job)
+    return JsonResponse(job_json(job))
+
+
+def openapi_document(request: HttpRequest) -> HttpResponse:
+    from drafting.openapi import openapi_spec
+
+    return JsonResponse(openapi_spec(), json_dumps_params={"indent": 1})

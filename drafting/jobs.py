@@ -1,0 +1,336 @@
+"""Running an infill job inside a worker: claim, route, attempts, validation, fallback, result.
+
+Called by the Celery adapter (gpu_worker/tasks.py) with a job id. The job row is the truth:
+a claim is a conditional update, a redelivered message finds nothing to do, and a result is
+written only by the worker that holds the current claim (its delivery number).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from drafting import metrics
+from drafting.models import InfillJob
+from drafting.router import RouteDecision, route_choose
+from drafting.services import draft_apply_job_result
+
+log = logging.getLogger(__name__)
+PROGRESS_MIN_INTERVAL_S = 0.2  # at most five progress writes a second per job
+
+
+class JobBusy(Exception):
+    """Another worker holds a live claim; try again after ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"job is running elsewhere; retry in {retry_after}s")
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Claim:
+    job: InfillJob
+    delivery: int  # the claim token: only this delivery may write the result
+
+
+def _lease() -> timedelta:
+    return timedelta(seconds=settings.STENCIL_JOB_LEASE_SECONDS)
+
+
+def job_claim(*, job_id: str, worker: str) -> Claim | None:
+    """Claim a queued job (or one whose worker died); None when there is nothing to do."""
+    now = timezone.now()
+    fresh = Q(state=InfillJob.State.QUEUED, cancel_requested=False)
+    orphaned = Q(
+        state__in=[InfillJob.State.RUNNING, InfillJob.State.VALIDATING],
+        lease_expires__lt=now,
+        delivery_count__lt=settings.STENCIL_MAX_DELIVERIES,
+    )
+    claimed = InfillJob.objects.filter(Q(pk=job_id) & (fresh | orphaned)).update(
+        state=InfillJob.State.RUNNING,
+        delivery_count=F("delivery_count") + 1,
+        worker=worker,
+        started=now,
+        lease_expires=now + _lease(),
+        progress={},
+    )
+    job = InfillJob.objects.filter(pk=job_id).first()
+    if job is None:
+        log.warning("job %s does not exist; dropping the message", job_id)
+        return None
+    if claimed:
+        return Claim(job=job, delivery=job.delivery_count)
+    if job.is_final:
+        return None  # another delivery got there first and finished it
+    if job.state == InfillJob.State.QUEUED and job.cancel_requested:
+        _finish(job, None, state=InfillJob.State.CANCELLED, reasons=["cancelled before it started"])
+        return None
+    lease_left = (job.lease_expires - now).total_seconds() if job.lease_expires else 0
+    if lease_left > 0:
+        raise JobBusy(retry_after=int(lease_left) + 1)
+    # The lease is gone and the delivery cap is reached: a poison job ends here.
+    _finish(job, None, state=InfillJob.State.FAILED, reasons=[
+        f"worker lost {job.delivery_count} times while running this job (delivery cap "
+        f"{settings.STENCIL_MAX_DELIVERIES}); it was not retried again"
+    ])  # fmt: skip
+    metrics.JOB_FAILURES.labels(reason="poison").inc()
+    return None
+
+
+def _finish(job: InfillJob, delivery: int | None, *, state: str, reasons: list[str] | None = None,
+            result: dict[str, Any] | None = None) -> bool:  # fmt: skip
+    """Write the final state once; False when this worker no longer holds the claim."""
+    query = InfillJob.objects.filter(pk=job.pk).exclude(state__in=InfillJob.FINAL_STATES)
+    if delivery is not None:
+        query = query.filter(delivery_count=delivery)
+    changes: dict[str, Any] = {"state": state, "finished": timezone.now(), "lease_expires": None}
+    if reasons is not None:
+        changes["reasons"] = reasons
+    if result is not None:
+        changes["result"] = result
+    changes["attempts"] = job.attempts
+    changes["route"] = job.route
+    changes["route_reason"] = job.route_reason
+    written = query.update(**changes) == 1
+    job.refresh_from_db()
+    return written
+
+
+class _Progress:
+    """on_step / should_stop hooks: progress rows, lease renewal, cancellation."""
+
+    def __init__(self, job: InfillJob, delivery: int, attempt: int, tokenizer: Any) -> None:
+        self.job, self.delivery, self.attempt, self.tokenizer = job, delivery, attempt, tokenizer
+        self.last_write = 0.0
+        self.first_stable_at: float | None = None
+        self.started = time.monotonic()
+
+    def on_step(self, info: Any) -> None:
+        now = time.monotonic()
+        snapshot = _progress_snapshot(info, self.attempt)
+        if self.first_stable_at is None and any(h.get("stable") for h in snapshot["holes"].values()):
+            self.first_stable_at = now
+            metrics.TIME_TO_FIRST_STABLE.observe(now - self.started)
+        if now - self.last_write < PROGRESS_MIN_INTERVAL_S:
+            return
+        self.last_write = now
+        InfillJob.objects.filter(pk=self.job.pk, delivery_count=self.delivery).update(
+            progress=snapshot, lease_expires=timezone.now() + _lease()
+        )
+
+    def should_stop(self) -> bool:
+        return InfillJob.objects.filter(pk=self.job.pk, cancel_requested=True).exists()
+
+
+def _progress_snapshot(info: Any, attempt: int) -> dict[str, Any]:
+    holes = getattr(info, "holes", None) or {}
+    return {
+        "attempt": attempt,
+        "step": int(getattr(info, "step", 0)) + 1,
+        "max_steps": int(getattr(info, "max_steps", 0)),
+        "committed": int(getattr(info, "positions_committed_total", 0)),
+        "positions": int(getattr(info, "positions_total", 0)),
+        "holes": {
+            name: {"stable": h.get("stable", ""), "provisional": h.get("provisional", "")}
+            for name, h in holes.items()
+        },
+        "updated": timezone.now().isoformat(),
+    }
+
+
+def derive_seed(seed: int, attempt: int) -> int:
+    """Attempt 0 uses the job's seed; retries use a seed derived from it (recorded)."""
+    if attempt == 0:
+        return seed
+    digest = hashlib.sha256(f"{seed}:{attempt}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def escalate(config: dict[str, Any], attempt: int) -> dict[str, Any]:
+    """Retries spend more: exact attention, one token per step in the block, more steps."""
+    if attempt == 0:
+        return dict(config)
+    return {
+        **config,
+        "commit_rule": "even",
+        "cache": "none",
+        "steps_per_block": config["block_length"],
+        "max_steps": min(settings.STENCIL_MAX_REQUEST_STEPS, config["max_steps"] * 2),
+    }
+
+
+def job_run(*, job_id: str, worker: str) -> str:
+    """Run one job to a final state; returns that state (or "skipped")."""
+    claim = job_claim(job_id=job_id, worker=worker)
+    if claim is None:
+        return "skipped"
+    job = claim.job
+    metrics.QUEUE_WAIT.observe((timezone.now() - job.created).total_seconds())
+    started = time.monotonic()
+    try:
+        state = _run_claimed(job, claim.delivery, worker)
+    except Exception as exc:  # a bug or an exhausted soft time limit: end it with a reason
+        log.exception("job %s crashed", job_id)
+        name = type(exc).__name__
+        reason = f"the worker stopped on an internal error ({name}: {exc})"
+        if name == "SoftTimeLimitExceeded":
+            reason = f"the job ran past its time limit of {settings.CELERY_TASK_SOFT_TIME_LIMIT}s"
+        _finish(job, claim.delivery, state=InfillJob.State.FAILED, reasons=[reason])
+        metrics.JOB_FAILURES.labels(reason=name).inc()
+        state = InfillJob.State.FAILED
+    metrics.END_TO_END.labels(state=state).observe(
+        (timezone.now() - job.created).total_seconds()
+    )
+    metrics.JOB_SECONDS.labels(route=job.route).inc(time.monotonic() - started)
+    return state
+
+
+def _run_claimed(job: InfillJob, delivery: int, worker: str) -> str:
+    from gpu_worker.runtime import choose_device, device_name, model_get
+
+    device = choose_device(settings.STENCIL_DEVICE)
+    decision = route_choose(job=job)
+    job.route, job.route_reason = decision.route, decision.as_json()
+    InfillJob.objects.filter(pk=job.pk).update(route=job.route, route_reason=job.route_reason)
+    plans = _attempt_plan(job, decision)
+    reasons: list[str] = []
+    for attempt, (route, config) in enumerate(plans):
+        directory = settings.STENCIL_MODEL_DIR if route == "diffusion" else settings.STENCIL_AR_MODEL_DIR
+        loaded = model_get(Path(directory), device=device)
+        seed = derive_seed(job.seed, attempt)
+        hooks = _Progress(job, delivery, attempt, loaded.tokenizer)
+        outcome = _attempt(job, loaded, route, config, seed, hooks, device)
+        if outcome is None:  # the canvas itself is bad: no retry can help
+            return job.state
+        if outcome.cancelled:
+            _record_attempt(job, attempt, route, seed, outcome, loaded, device_name(device),
+                            decision, worker)  # fmt: skip
+            _finish(job, delivery, state=InfillJob.State.CANCELLED,
+                    reasons=[f"cancelled at step {outcome.steps}"])  # fmt: skip
+            metrics.CANCELLATIONS.inc()
+            return InfillJob.State.CANCELLED
+        InfillJob.objects.filter(pk=job.pk, delivery_count=delivery).update(
+            state=InfillJob.State.VALIDATING
+        )
+        run_id = _record_attempt(job, attempt, route, seed, outcome, loaded,
+                                 device_name(device), decision, worker)  # fmt: skip
+        violations = list(outcome.violations)
+        metrics.VALIDATION_SECONDS.observe(outcome.timings.get("validate", 0.0))
+        metrics.DENOISE_SECONDS.labels(route=route).observe(outcome.timings.get("denoise", 0.0))
+        if not violations:
+            result = {"holes": outcome.holes, "document": outcome.document, "violations": [],
+                      "route": route, "attempt": attempt, "run_id": run_id,
+                      "forward_passes": outcome.forward_passes, "steps": outcome.steps,
+                      "model": loaded.name, "placeholder_model": loaded.placeholder}  # fmt: skip
+            with transaction.atomic():
+                if _finish(job, delivery, state=InfillJob.State.SUCCEEDED, result=result):
+                    draft_apply_job_result(job=job)
+            if attempt:
+                metrics.RETRIES.labels(outcome="recovered").inc()
+            return InfillJob.State.SUCCEEDED
+        for v in violations:
+            metrics.VALIDATION_FAILURES.labels(reason=str(v.get("name", "unknown"))).inc()
+        reasons.extend(
+            f"attempt {attempt + 1} ({route}): {v.get('hole') or 'document'}: "
+            f"{v.get('message', v.get('name'))}"
+            for v in violations
+        )
+        _open_incident(job, run_id, route, violations)
+        if attempt + 1 < len(plans):
+            nxt = plans[attempt + 1][0]
+            (metrics.FALLBACKS if nxt != route else metrics.RETRIES.labels(outcome="retry")).inc()
+    _finish(job, delivery, state=InfillJob.State.FAILED, reasons=reasons)
+    return InfillJob.State.FAILED
+
+
+def _attempt_plan(job: InfillJob, decision: RouteDecision) -> list[tuple[str, dict[str, Any]]]:
+    """The attempts in order: the routed model with retries, then the other route's fallback."""
+    plans: list[tuple[str, dict[str, Any]]] = []
+    retries = settings.STENCIL_MAX_ATTEMPTS if decision.route == "diffusion" else 1
+    for i in range(retries):
+        plans.append((decision.route, escalate(job.config, i)))
+    if decision.route == "diffusion" and _ar_available():
+        plans.append(("ar", dict(job.config)))
+    elif decision.route == "ar":
+        plans.append(("diffusion", escalate(job.config, 1)))
+    return plans
+
+
+def _ar_available() -> bool:
+    return (Path(settings.STENCIL_AR_MODEL_DIR) / "model.safetensors").is_file()
+
+
+def _attempt(job: InfillJob, loaded: Any, route: str, config: dict[str, Any], seed: int,
+             hooks: _Progress, device: Any) -> Any:  # fmt: skip
+    from gpu_worker.config import SamplerConfig
+
+    request = {**job.request, "seed": seed}
+    sampler_config = SamplerConfig.from_json(config)
+    try:
+        if route == "ar":
+            from gpu_worker.ar import ar_infill_request
+
+            return ar_infill_request(loaded, request, config=sampler_config,
+                                     should_stop=hooks.should_stop, device=device)  # fmt: skip
+        from gpu_worker.infill import infill_request
+
+        return infill_request(loaded, request, config=sampler_config, on_step=hooks.on_step,
+                              should_stop=hooks.should_stop, device=device)  # fmt: skip
+    except ValueError as exc:  # the canvas does not fit the model: tell the person why
+        _finish(job, hooks.delivery, state=InfillJob.State.FAILED,
+                reasons=[f"the request cannot be run: {exc}"])  # fmt: skip
+        metrics.JOB_FAILURES.labels(reason="bad_canvas").inc()
+        return None
+
+
+def _record_attempt(job: InfillJob, attempt: int, route: str, seed: int, outcome: Any,
+                    loaded: Any, device: str, decision: RouteDecision, worker: str) -> str:  # fmt: skip
+    from audit.services import run_record_create
+
+    run = run_record_create(
+        job_id=str(job.id), attempt=attempt, route=route, model_dir=str(loaded.directory),
+        weights_sha256=loaded.weights_sha256, tokenizer_sha256=loaded.tokenizer_sha256,
+        request={**job.request, "seed": seed}, outcome=outcome, batch_job_ids=[str(job.id)],
+        device=device, router_decision=decision.as_json(), correlation_id=str(job.id),
+        template_version=_template_version(job),
+    )  # fmt: skip
+    run_id = str(run.pk)
+    job.attempts = [*job.attempts, {
+        "attempt": attempt, "route": route, "seed": seed, "run_id": run_id,
+        "steps": outcome.steps, "forward_passes": outcome.forward_passes,
+        "violations": list(outcome.violations), "cancelled": outcome.cancelled,
+        "seconds": round(float(outcome.timings.get("total", 0.0)), 4),
+    }]  # fmt: skip
+    InfillJob.objects.filter(pk=job.pk).update(attempts=job.attempts)
+    return run_id
+
+
+def _template_version(job: InfillJob) -> str | None:
+    if job.draft_id is None:
+        return None
+    version = job.draft.template_version if job.draft else None
+    return f"{version.template.slug}@{version.number}" if version else None
+
+
+def _open_incident(job: InfillJob, run_id: str, route: str, violations: list[Any]) -> None:
+    from audit.models import RunRecord
+    from audit.services import incident_open
+
+    names = ", ".join(sorted({str(v.get("name")) for v in violations}))
+    incident_open(
+        kind="validation_failure",
+        summary=f"{route} attempt failed validation: {names}",
+        run=RunRecord.objects.filter(pk=uuid.UUID(run_id)).first(),
+        job_id=str(job.id),
+    )

@@ -1,0 +1,92 @@
+"""Reads. Access to a user's objects goes through ``<entity>_get_for_user`` (others get 404)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import QuerySet
+from django.http import Http404
+
+from drafting.models import DocumentTemplate, Draft, DraftRevision, Fragment, InfillJob
+from drafting.models import TemplateVersion
+
+User = AbstractBaseUser | AnonymousUser
+
+
+def template_list() -> QuerySet[DocumentTemplate]:
+    return DocumentTemplate.objects.prefetch_related("versions").order_by("title")
+
+
+def template_get(*, slug: str) -> DocumentTemplate:
+    try:
+        return DocumentTemplate.objects.get(slug=slug)
+    except DocumentTemplate.DoesNotExist as exc:
+        raise Http404("no such template") from exc
+
+
+def template_version_latest(*, template: DocumentTemplate) -> TemplateVersion:
+    version = template.latest_version()
+    if version is None:
+        raise Http404("the template has no version")
+    return version
+
+
+def draft_list_for_user(*, user: Any) -> QuerySet[Draft]:
+    return Draft.objects.filter(owner=user).select_related("template_version__template")
+
+
+def draft_get_for_user(*, user: Any, draft_id: int | str) -> Draft:
+    try:
+        return Draft.objects.select_related("template_version__template").get(
+            id=int(draft_id), owner=user
+        )
+    except (Draft.DoesNotExist, ValueError, TypeError) as exc:
+        raise Http404("no such draft") from exc
+
+
+def fragment_get_for_user(*, user: Any, draft: Draft, fragment_id: int | str) -> Fragment:
+    try:
+        return draft.fragments.get(id=int(fragment_id), draft__owner=user)
+    except (Fragment.DoesNotExist, ValueError, TypeError) as exc:
+        raise Http404("no such fragment") from exc
+
+
+def job_get_for_user(*, user: Any, job_id: str | uuid.UUID) -> InfillJob:
+    try:
+        return InfillJob.objects.get(id=uuid.UUID(str(job_id)), owner=user)
+    except (InfillJob.DoesNotExist, ValueError) as exc:
+        raise Http404("no such job") from exc
+
+
+def job_latest_for_draft(*, draft: Draft) -> InfillJob | None:
+    return draft.jobs.order_by("-created").first()
+
+
+def queue_position(*, job: InfillJob) -> int:
+    """How many queued jobs were created before this one (0 = next)."""
+    if job.state != InfillJob.State.QUEUED:
+        return 0
+    return InfillJob.objects.filter(state=InfillJob.State.QUEUED, created__lt=job.created).count()
+
+
+def draft_text(*, draft: Draft) -> str:
+    return "".join(f.text for f in draft.fragments.all())
+
+
+def draft_has_provisional(*, draft: Draft) -> bool:
+    return draft.fragments.filter(status=Fragment.Status.PROVISIONAL).exists()
+
+
+def job_list_for_user(*, user: Any, limit: int = 50) -> QuerySet[InfillJob]:
+    return InfillJob.objects.filter(owner=user).order_by("-created")[:limit]
+
+
+def draft_revision_list(*, draft: Draft) -> QuerySet[DraftRevision]:
+    return draft.revisions.order_by("-number")
+
+
+def job_active_for_draft(*, draft: Draft) -> InfillJob | None:
+    """The draft's queued or running job, if any."""
+    return draft.jobs.exclude(state__in=InfillJob.FINAL_STATES).order_by("-created").first()

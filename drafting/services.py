@@ -1,0 +1,548 @@
+"""Writes: templates, drafts, fragments, review actions and infill job requests.
+
+Every function is named ``<entity>_<action>`` and takes keyword-only arguments. A person's bad
+input raises :class:`UserError` (or :class:`~drafting.templating.TemplateError`) before
+anything is written, so nothing already saved is lost.
+"""
+
+from __future__ import annotations
+
+import difflib
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from drafting.models import DocumentTemplate, Draft, DraftRevision, Fragment, InfillJob
+from drafting.models import TemplateVersion
+from drafting.templating import TemplateError, constraint_check, field_errors, parse_template
+
+DRAFT_TITLE_MAX = 200
+CHARS_PER_TOKEN_ESTIMATE = 3  # sizing a hole for text a person unlocked: ~3 chars per token
+MIN_UNLOCKED_HOLE_TOKENS = 4
+
+
+class UserError(ValueError):
+    """Bad input from a person: the message is shown as is; nothing was written."""
+
+    def __init__(self, message: str, *, errors: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or {}
+
+
+class AdmissionError(Exception):
+    """Too much queued work; the caller answers 429 with Retry-After."""
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ConflictError(Exception):
+    """A compare-and-set lost: the draft changed since the person looked at it."""
+
+
+# -- templates ------------------------------------------------------------------------------
+@transaction.atomic
+def template_version_create(
+    *, slug: str, title: str, kind: str, source: str, description: str = "",
+    route_hint: str = "auto", user: Any = None,
+) -> TemplateVersion:  # fmt: skip
+    """Validate ``source`` and save it as the template's next version (creating the template)."""
+    parsed = parse_template(source, max_bytes=settings.STENCIL_MAX_TEMPLATE_BYTES)
+    if route_hint not in {"auto", "diffusion", "ar"}:
+        raise TemplateError(f"route hint {route_hint!r} is not auto, diffusion or ar")
+    template, _ = DocumentTemplate.objects.get_or_create(
+        slug=slug, defaults={"title": title, "kind": kind, "description": description}
+    )
+    template.title, template.kind, template.description = title, kind, description
+    template.save()
+    latest = template.versions.select_for_update().order_by("-number").first()
+    if latest is not None and latest.source == source and latest.route_hint == route_hint:
+        return latest
+    return TemplateVersion.objects.create(
+        template=template,
+        number=(latest.number + 1) if latest else 1,
+        source=source,
+        fields=[f.to_json() for f in parsed.fields],
+        holes=[h.to_json() for h in parsed.holes],
+        route_hint=route_hint,
+        created_by=user if getattr(user, "is_authenticated", False) else None,
+    )
+
+
+# -- drafts ---------------------------------------------------------------------------------
+def _clean_values(version: TemplateVersion, values: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(values, dict):
+        raise UserError("field values must be a JSON object")
+    declared = {f["name"]: f for f in version.fields}
+    cleaned: dict[str, Any] = {}
+    for name, value in values.items():
+        spec = declared.get(name)
+        if spec is None:
+            cleaned[name] = value  # reported by the schema as an unknown field
+            continue
+        if spec.get("type") in {"integer", "number"} and isinstance(value, str):
+            text = value.strip()
+            try:
+                cleaned[name] = int(text) if spec["type"] == "integer" else float(text)
+            except ValueError:
+                cleaned[name] = text  # reported as "must be a number"
+            if text == "" and not spec.get("required", True):
+                cleaned.pop(name)
+        elif isinstance(value, str):
+            if value.strip() == "" and not spec.get("required", True):
+                continue
+            cleaned[name] = value.strip() if spec.get("type") != "textarea" else value
+        else:
+            cleaned[name] = value
+    return cleaned
+
+
+def draft_values_check(*, version: TemplateVersion, values: dict[str, Any]) -> dict[str, Any]:
+    """Cleaned values, or UserError with a message per field."""
+    cleaned = _clean_values(version, values)
+    errors = field_errors(
+        cleaned, version.fields, max_field_length=settings.STENCIL_MAX_FIELD_LENGTH
+    )
+    if errors:
+        raise UserError("Some fields need attention.", errors=errors)
+    return cleaned
+
+
+def _field_text(version: TemplateVersion, name: str, values: dict[str, Any]) -> str:
+    value = values.get(name, "")
+    return "" if value is None else str(value)
+
+
+@transaction.atomic
+def draft_create(
+    *, owner: Any, version: TemplateVersion, values: dict[str, Any], title: str = ""
+) -> Draft:
+    cleaned = draft_values_check(version=version, values=values)
+    title = (title or version.template.title).strip()[:DRAFT_TITLE_MAX]
+    draft = Draft.objects.create(
+        owner=owner, template_version=version, title=title, values=cleaned, revision=1
+    )
+    parsed = parse_template(version.source, max_bytes=settings.STENCIL_MAX_TEMPLATE_BYTES)
+    holes = {h["name"]: h for h in version.holes}
+    Fragment.objects.bulk_create(
+        Fragment(
+            draft=draft,
+            position=i,
+            kind=piece.kind,
+            name=piece.name,
+            text=_field_text(version, piece.name, cleaned) if piece.kind == "field" else piece.text,
+            locked=piece.kind != "fill",
+            status=Fragment.Status.EMPTY if piece.kind == "fill" else Fragment.Status.FIXED,
+            spec=holes.get(piece.name, {}) if piece.kind == "fill" else {},
+        )
+        for i, piece in enumerate(parsed.pieces)
+    )
+    draft_revision_record(draft=draft, reason="created", user=owner)
+    return draft
+
+
+@transaction.atomic
+def draft_values_update(*, draft: Draft, values: dict[str, Any]) -> Draft:
+    """Autosave the form: validate everything first, then rewrite the field fragments."""
+    merged = {**draft.values, **values} if isinstance(values, dict) else values
+    cleaned = draft_values_check(version=draft.template_version, values=merged)
+    locked = Draft.objects.select_for_update().get(pk=draft.pk)
+    locked.values = cleaned
+    locked.revision = F("revision") + 1
+    locked.save(update_fields=["values", "revision", "updated"])
+    for fragment in locked.fragments.filter(kind=Fragment.Kind.FIELD):
+        new_text = _field_text(locked.template_version, fragment.name, cleaned)
+        if fragment.text != new_text:
+            fragment.text = new_text
+            fragment.save(update_fields=["text"])
+    locked.refresh_from_db()
+    return locked
+
+
+def _bump(draft: Draft) -> None:
+    Draft.objects.filter(pk=draft.pk).update(revision=F("revision") + 1, updated=timezone.now())
+    draft.refresh_from_db(fields=["revision", "updated"])
+
+
+def draft_snapshot(*, draft: Draft) -> list[dict[str, Any]]:
+    return [
+        {"id": f.id, "kind": f.kind, "name": f.name, "text": f.text, "locked": f.locked,
+         "status": f.status}
+        for f in draft.fragments.all()
+    ]  # fmt: skip
+
+
+def draft_revision_record(*, draft: Draft, reason: str, user: Any, accepted: bool = False
+                          ) -> DraftRevision:  # fmt: skip
+    fragments = draft_snapshot(draft=draft)
+    last = draft.revisions.order_by("-number").first()
+    return DraftRevision.objects.create(
+        draft=draft,
+        number=(last.number + 1) if last else 1,
+        reason=reason,
+        fragments=fragments,
+        text="".join(f["text"] for f in fragments),
+        accepted=accepted,
+        created_by=user if getattr(user, "is_authenticated", False) else None,
+    )
+
+
+def revision_diff(*, draft: Draft) -> str:
+    """Unified diff of the two newest revisions ('' when there is only one)."""
+    newest = list(draft.revisions.order_by("-number")[:2])
+    if len(newest) < 2:
+        return ""
+    new, old = newest
+    return "".join(
+        difflib.unified_diff(
+            old.text.splitlines(keepends=True), new.text.splitlines(keepends=True),
+            fromfile=f"revision {old.number}", tofile=f"revision {new.number}",
+        )
+    )  # fmt: skip
+
+
+# -- fragments and review -------------------------------------------------------------------
+@transaction.atomic
+def fragment_lock_set(*, fragment: Fragment, locked: bool) -> Fragment:
+    fragment.locked = locked
+    fragment.save(update_fields=["locked"])
+    _bump(fragment.draft)
+    return fragment
+
+
+@transaction.atomic
+def fragment_review(*, fragment: Fragment, action: str, user: Any, text: str | None = None
+                    ) -> Fragment:  # fmt: skip
+    """accept | reject | edit a model span. Rejecting empties it and unlocks it for a refill."""
+    if fragment.kind == Fragment.Kind.TEXT and action != "edit":
+        raise UserError("template text has nothing to accept or reject")
+    if action == "accept":
+        if fragment.status not in {Fragment.Status.PROVISIONAL, Fragment.Status.EDITED}:
+            raise UserError("only provisional or edited text can be accepted")
+        fragment.status, fragment.locked = Fragment.Status.ACCEPTED, True
+    elif action == "reject":
+        fragment.status, fragment.text, fragment.locked = Fragment.Status.REJECTED, "", False
+    elif action == "edit":
+        if text is None:
+            raise UserError("an edit needs the new text")
+        if len(text) > settings.STENCIL_MAX_FIELD_LENGTH:
+            raise UserError(f"the text is longer than {settings.STENCIL_MAX_FIELD_LENGTH} characters")
+        fragment.text, fragment.status, fragment.locked = text, Fragment.Status.EDITED, True
+    else:
+        raise UserError(f"unknown review action {action!r}")
+    fragment.save(update_fields=["status", "text", "locked"])
+    _bump(fragment.draft)
+    draft_revision_record(draft=fragment.draft, reason=action, user=user)
+    return fragment
+
+
+@transaction.atomic
+def fragment_split_for_regeneration(*, fragment: Fragment, start: int, end: int) -> Fragment:
+    """Cut [start, end) of a fragment's text into its own unlocked fill; returns that fill."""
+    text = fragment.text
+    if not 0 <= start < end <= len(text):
+        raise UserError(f"the selection {start}..{end} is outside the fragment's text")
+    pieces = [(t, role) for t, role in ((text[:start], "keep"), (text[start:end], "regenerate"),
+                                        (text[end:], "keep")) if t]  # fmt: skip
+    draft, first_position = fragment.draft, fragment.position
+    later = draft.fragments.filter(position__gt=first_position).order_by("-position")
+    for other in later:  # move from the end so positions stay unique
+        other.position += len(pieces) - 1
+        other.save(update_fields=["position"])
+    middle = fragment
+    for offset, (piece_text, role) in enumerate(pieces):
+        target = fragment if offset == 0 else Fragment(
+            draft=draft, kind=fragment.kind, name=fragment.name, locked=fragment.locked,
+            status=fragment.status, spec=fragment.spec,
+        )  # fmt: skip
+        target.position, target.text = first_position + offset, piece_text
+        if role == "regenerate":
+            tokens = 2 * len(piece_text) // CHARS_PER_TOKEN_ESTIMATE + 2
+            target.kind, target.locked = Fragment.Kind.FILL, False
+            # A constraint describes the whole fragment, so it holds only for a whole selection.
+            kept = fragment.spec if len(pieces) == 1 else {}
+            target.spec = {**kept, "hint": piece_text,
+                           "max_tokens": min(256, max(MIN_UNLOCKED_HOLE_TOKENS, tokens))}
+            middle = target
+        target.save()
+    _bump(draft)
+    return middle
+
+
+@transaction.atomic
+def draft_accept(*, draft: Draft, expected_revision: int, user: Any) -> DraftRevision:
+    """Make an immutable accepted revision; compare-and-set on the draft's revision."""
+    if draft.fragments.filter(status=Fragment.Status.PROVISIONAL).exists():
+        raise UserError("accept or reject every provisional span first")
+    if draft.fragments.filter(kind=Fragment.Kind.FILL, text="").exists():
+        raise UserError("some infills are still empty")
+    updated = Draft.objects.filter(pk=draft.pk, revision=expected_revision).update(
+        revision=F("revision") + 1, updated=timezone.now()
+    )
+    if updated == 0:
+        raise ConflictError("the draft changed since this page was loaded (or was already accepted)")
+    draft.refresh_from_db()
+    revision = draft_revision_record(draft=draft, reason="accepted", user=user, accepted=True)
+    Draft.objects.filter(pk=draft.pk).update(accepted_revision=revision)
+    draft.refresh_from_db()
+    return revision
+
+
+def draft_export(*, draft: Draft, fmt: str) -> tuple[str, str]:
+    """(content, content type) of the accepted revision (or the working text, marked)."""
+    revision = draft.accepted_revision
+    text = revision.text if revision else "".join(f.text for f in draft.fragments.all())
+    if fmt == "txt":
+        header = "" if revision else "[NOT ACCEPTED: contains provisional model text]\n\n"
+        return header + text, "text/plain; charset=utf-8"
+    if fmt == "md":
+        status = (
+            f"Accepted revision {revision.number}" if revision else "Draft, not accepted"
+        )
+        return f"# {draft.title}\n\n*{status}*\n\n{text}\n", "text/markdown; charset=utf-8"
+    raise UserError(f"unknown export format {fmt!r}")
+
+
+# -- infill requests ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CanvasPlan:
+    request: dict[str, Any]  # Canvas JSON
+    targets: list[dict[str, Any]]  # [{"fragment": id, "hole": name}]
+
+
+def _hole_for(fragment: Fragment) -> dict[str, Any]:
+    spec = fragment.spec or {}
+    if fragment.kind == Fragment.Kind.FILL and spec.get("max_tokens"):
+        max_tokens = int(spec["max_tokens"])
+    else:  # a person unlocked fixed text: give the model room for a rewrite of similar size
+        estimate = 2 * len(fragment.text) // CHARS_PER_TOKEN_ESTIMATE + 2
+        max_tokens = min(256, max(MIN_UNLOCKED_HOLE_TOKENS, estimate))
+    hole: dict[str, Any] = {"hole": f"{fragment.name or 'span'}_{fragment.id}",
+                            "max_tokens": max_tokens}
+    if spec.get("constraint"):
+        hole["constraint"] = spec["constraint"]
+    return hole
+
+
+def draft_canvas_plan(*, draft: Draft, fragment_ids: list[int] | None = None) -> CanvasPlan:
+    """Canvas JSON for a draft: targeted (or all unlocked) fragments are holes, the rest text."""
+    fragments = list(draft.fragments.all())
+    if fragment_ids is None:
+        targets = [f for f in fragments if not f.locked]
+    else:
+        wanted = set(fragment_ids)
+        targets = [f for f in fragments if f.id in wanted]
+        if len(targets) != len(wanted):
+            raise UserError("some of the selected fragments are not in this draft")
+        if any(f.locked for f in targets):
+            raise UserError("unlock a fragment before asking the model to rewrite it")
+    if not targets:
+        raise UserError("nothing is unlocked: unlock a fragment or an infill first")
+    target_ids = {f.id for f in targets}
+    segments: list[dict[str, Any]] = []
+    plan_targets: list[dict[str, Any]] = []
+    for fragment in fragments:
+        if fragment.id in target_ids:
+            hole = _hole_for(fragment)
+            segments.append(hole)
+            plan_targets.append({"fragment": fragment.id, "hole": hole["hole"]})
+        elif fragment.text:
+            if segments and "text" in segments[-1]:
+                segments[-1]["text"] += fragment.text
+            else:
+                segments.append({"text": fragment.text})
+    return CanvasPlan(request={"segments": segments}, targets=plan_targets)
+
+
+CANVAS_KEYS = {"segments", "seed", "sampler"}
+SEGMENT_TEXT_KEYS = {"text"}
+SEGMENT_HOLE_KEYS = {"hole", "max_tokens", "constraint"}
+
+
+def canvas_request_check(request: Any) -> dict[str, Any]:
+    """Structural checks of Canvas JSON before a job is queued (the worker checks the rest)."""
+    if not isinstance(request, dict):
+        raise UserError("the canvas must be a JSON object")
+    unknown = set(request) - CANVAS_KEYS
+    if unknown:
+        raise UserError(f"unknown canvas field(s): {', '.join(sorted(unknown))}")
+    segments = request.get("segments")
+    if not isinstance(segments, list) or not segments:
+        raise UserError("segments must be a non-empty list")
+    names: set[str] = set()
+    total_tokens = 0
+    for i, segment in enumerate(segments):
+        if not isinstance(segment, dict):
+            raise UserError(f"segment {i} must be an object")
+        if "text" in segment:
+            if set(segment) - SEGMENT_TEXT_KEYS or not isinstance(segment["text"], str):
+                raise UserError(f"segment {i}: a text segment is {{\"text\": \"...\"}}")
+            continue
+        if "hole" not in segment:
+            raise UserError(f"segment {i} is neither text nor a hole")
+        extra = set(segment) - SEGMENT_HOLE_KEYS
+        if extra:
+            raise UserError(f"segment {i}: unknown field(s) {', '.join(sorted(extra))}")
+        name, max_tokens = segment["hole"], segment.get("max_tokens")
+        if not isinstance(name, str) or not name or name in names:
+            raise UserError(f"segment {i}: hole names must be unique non-empty strings")
+        names.add(name)
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not (
+            1 <= max_tokens <= 256
+        ):
+            raise UserError(f"segment {i}: max_tokens must be an integer from 1 to 256")
+        total_tokens += max_tokens
+        constraint = segment.get("constraint") or {}
+        if not isinstance(constraint, dict):
+            raise UserError(f"segment {i}: constraint must be an object")
+        unknown_keys = set(constraint) - {"pattern", "choices", "schema"}
+        if unknown_keys:
+            raise UserError(
+                f"segment {i}: unsupported constraint keyword(s) {', '.join(sorted(unknown_keys))}"
+            )
+        try:
+            constraint_check(constraint, where=f"segment {i} ({name})")
+        except TemplateError as exc:
+            raise UserError(str(exc)) from exc
+    if not names:
+        raise UserError("the canvas has no hole to fill")
+    if total_tokens > settings.STENCIL_MAX_REQUEST_TOKENS:
+        raise UserError(
+            f"the holes ask for {total_tokens} tokens; the limit is "
+            f"{settings.STENCIL_MAX_REQUEST_TOKENS}"
+        )
+    seed = request.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+        raise UserError("seed must be a non-negative integer")
+    if "sampler" in request and not isinstance(request["sampler"], dict):
+        raise UserError("sampler must be an object of SamplerConfig overrides")
+    return request
+
+
+def _admission_check(*, owner: Any) -> None:
+    active = InfillJob.objects.filter(
+        state__in=[InfillJob.State.QUEUED, InfillJob.State.RUNNING, InfillJob.State.VALIDATING]
+    )
+    if active.filter(owner=owner).count() >= settings.STENCIL_MAX_QUEUED_JOBS_PER_USER:
+        raise AdmissionError(
+            f"you already have {settings.STENCIL_MAX_QUEUED_JOBS_PER_USER} jobs waiting; "
+            "try again when one finishes",
+            retry_after=10,
+        )
+    if active.count() >= settings.STENCIL_MAX_QUEUED_JOBS:
+        raise AdmissionError("the service is busy; try again shortly", retry_after=30)
+
+
+def infill_job_create(
+    *, owner: Any, request: dict[str, Any], preset: str = "balanced",
+    draft: Draft | None = None, targets: list[dict[str, Any]] | None = None,
+) -> InfillJob:  # fmt: skip
+    """Queue an infill job; its id is sent to the broker when the transaction commits."""
+    from gpu_worker.config import PRESETS, config_from_overrides
+
+    request = canvas_request_check(request)
+    if preset not in PRESETS:
+        raise UserError(f"preset must be one of {', '.join(PRESETS)}")
+    try:
+        config = config_from_overrides(preset, request.get("sampler") or {})
+    except ValueError as exc:
+        raise UserError(f"sampler settings: {exc}") from exc
+    if config.max_steps > settings.STENCIL_MAX_REQUEST_STEPS:
+        raise UserError(f"max_steps may be at most {settings.STENCIL_MAX_REQUEST_STEPS}")
+    seed = request.get("seed")
+    if seed is None:
+        seed = secrets.randbelow(2**31)
+    with transaction.atomic():
+        _admission_check(owner=owner)
+        job = InfillJob.objects.create(
+            owner=owner,
+            draft=draft,
+            preset=preset,
+            request={**request, "seed": seed},
+            config=config.to_dict(),
+            config_sha256=config.sha256,
+            seed=seed,
+            target_fragments=targets or [],
+            base_revision=draft.revision if draft else 0,
+        )
+        transaction.on_commit(lambda: job_dispatch(job_id=str(job.id)))
+    return job
+
+
+def job_dispatch(*, job_id: str) -> None:
+    from gpu_worker.tasks import run_infill
+
+    run_infill.delay(job_id)
+
+
+def draft_infill_request(*, draft: Draft, user: Any, preset: str,
+                         fragment_ids: list[int] | None = None) -> InfillJob:  # fmt: skip
+    running = draft.jobs.filter(
+        state__in=[InfillJob.State.QUEUED, InfillJob.State.RUNNING, InfillJob.State.VALIDATING]
+    )
+    if running.exists():
+        raise UserError("an infill for this draft is already running; wait or cancel it")
+    plan = draft_canvas_plan(draft=draft, fragment_ids=fragment_ids)
+    return infill_job_create(
+        owner=user, request=plan.request, preset=preset, draft=draft, targets=plan.targets
+    )
+
+
+def infill_job_cancel(*, job: InfillJob) -> InfillJob:
+    """Ask a job to stop: a queued job ends now; a running one at its next denoising step."""
+    with transaction.atomic():
+        InfillJob.objects.filter(pk=job.pk, state=InfillJob.State.QUEUED).update(
+            state=InfillJob.State.CANCELLED, cancel_requested=True, finished=timezone.now(),
+            reasons=["cancelled before it started"],
+        )  # fmt: skip
+        InfillJob.objects.filter(
+            Q(pk=job.pk) & ~Q(state__in=InfillJob.FINAL_STATES)
+        ).update(cancel_requested=True)
+    job.refresh_from_db()
+    return job
+
+
+@transaction.atomic
+def draft_apply_job_result(*, job: InfillJob) -> None:
+    """Write a succeeded job's fills into its draft as provisional text, plus a revision."""
+    if job.draft is None or not job.result:
+        return
+    holes: dict[str, str] = job.result.get("holes", {})
+    for target in job.target_fragments:
+        fragment = Fragment.objects.filter(pk=target["fragment"], draft=job.draft).first()
+        if fragment is None or fragment.locked:
+            continue  # deleted or locked by the person meanwhile: their text wins
+        fragment.text = holes.get(target["hole"], "")
+        fragment.status = Fragment.Status.PROVISIONAL
+        fragment.job = job
+        if fragment.kind != Fragment.Kind.FILL:
+            fragment.kind = Fragment.Kind.FILL
+        fragment.save(update_fields=["text", "status", "job", "kind"])
+    _bump(job.draft)
+    draft_revision_record(draft=job.draft, reason="infill", user=None)
+
+
+def fragment_regenerate(*, fragment: Fragment, user: Any, preset: str,
+                        start: int | None = None, end: int | None = None) -> InfillJob:  # fmt: skip
+    """Ask the model to rewrite one fragment, or the [start, end) span of it, and nothing else.
+
+    The split and the unlock are undone when the job cannot be queued (busy, admission).
+    """
+    if fragment.kind == Fragment.Kind.FIELD:
+        raise UserError("this text is a form value: change it in the form instead")
+    if (start is None) != (end is None):
+        raise UserError("a selection needs both its start and its end")
+    with transaction.atomic():
+        if start is not None and end is not None:
+            fragment = fragment_split_for_regeneration(fragment=fragment, start=start, end=end)
+        elif fragment.locked:
+            fragment = fragment_lock_set(fragment=fragment, locked=False)
+        return draft_infill_request(
+            draft=fragment.draft, user=user, preset=preset, fragment_ids=[fragment.id]
+        )

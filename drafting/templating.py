@@ -1,0 +1,453 @@
+"""Stencil's template language, on Jinja2's sandbox.
+
+A template is locked text with two kinds of slots:
+
+* ``{{ field("patient_name", type="text", label="Patient", max_length=60) }}`` — filled by the
+  person through a web form. Repeating ``{{ field("patient_name") }}`` reuses the value.
+* ``{% infill "summary", max_tokens=64, pattern="...", choices=[...], schema={...} %}hint
+  {% endinfill %}`` — filled by the model. The body is a hint shown to the person.
+
+Everything else is locked text. Only these constructs are allowed; loops, conditions,
+filters, attribute access and unknown keywords are rejected when the template is saved.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import jsonschema
+from jinja2 import TemplateSyntaxError, nodes
+from jinja2.ext import Extension
+from jinja2.parser import Parser
+from jinja2.sandbox import SandboxedEnvironment
+
+FIELD_TYPES = {"text", "textarea", "date", "integer", "number", "email", "choice"}
+FIELD_KEYWORDS = {
+    "type", "label", "help", "required", "max_length", "min_length", "pattern", "choices",
+    "minimum", "maximum", "default",
+}  # fmt: skip
+HOLE_KEYWORDS = {"max_tokens", "pattern", "choices", "schema", "label"}
+MAX_HOLE_TOKENS = 256
+MAX_FIELDS = 60
+MAX_HOLES = 40
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,59}$")
+_MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"  # private-use characters delimit slots in output
+_MARK_RE = re.compile(f"{_MARK_OPEN}([fh]):(\\d+){_MARK_CLOSE}")
+
+
+class TemplateError(ValueError):
+    """A template that cannot be saved; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    name: str
+    type: str = "text"
+    label: str = ""
+    help: str = ""
+    required: bool = True
+    max_length: int | None = None
+    min_length: int | None = None
+    pattern: str | None = None
+    choices: list[str] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    default: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class HoleSpec:
+    name: str
+    max_tokens: int
+    hint: str = ""
+    label: str = ""
+    constraint: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One rendered piece: locked text, a field reference or a hole, in document order."""
+
+    kind: str  # "text" | "field" | "fill"
+    name: str = ""
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class ParsedTemplate:
+    fields: list[FieldSpec]
+    holes: list[HoleSpec]
+    pieces: list[Piece]
+
+
+class InfillExtension(Extension):
+    """``{% infill "name", key=value, ... %}hint{% endinfill %}``."""
+
+    tags = {"infill"}
+
+    def parse(self, parser: Parser) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        args: list[nodes.Expr] = [parser.parse_expression()]
+        kwargs: list[nodes.Keyword] = []
+        while parser.stream.skip_if("comma"):
+            key = parser.stream.expect("name")
+            parser.stream.expect("assign")
+            kwargs.append(nodes.Keyword(key.value, parser.parse_expression(), lineno=key.lineno))
+        body = parser.parse_statements(("name:endinfill",), drop_needle=True)
+        call = self.call_method("_hole", [args[0], nodes.Dict([
+            nodes.Pair(nodes.Const(k.key), k.value) for k in kwargs
+        ])])  # fmt: skip
+        return nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+    def _hole(self, name: Any, options: dict[str, Any], caller: Any) -> str:
+        recorder: _Recorder = self.environment.globals["_recorder"]  # type: ignore[assignment]
+        return recorder.hole(name, options, str(caller()))
+
+
+class _Recorder:
+    """Collects declarations while the sandbox renders, and emits slot markers."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, FieldSpec] = {}
+        self.field_order: list[str] = []
+        self.holes: list[HoleSpec] = []
+
+    def field(self, name: Any, **options: Any) -> str:
+        spec = _field_spec(name, options)
+        known = self.fields.get(spec.name)
+        if known is None:
+            if len(self.fields) >= MAX_FIELDS:
+                raise TemplateError(f"a template may declare at most {MAX_FIELDS} fields")
+            self.fields[spec.name] = spec
+            self.field_order.append(spec.name)
+        elif options and spec != known:
+            raise TemplateError(
+                f"field {spec.name!r} is declared twice with different options; "
+                "repeat it as {{ field(\"" + spec.name + "\") }}"
+            )
+        return f"{_MARK_OPEN}f:{self.field_order.index(spec.name)}{_MARK_CLOSE}"
+
+    def hole(self, name: Any, options: dict[str, Any], hint: str) -> str:
+        spec = _hole_spec(name, options, hint.strip())
+        if any(h.name == spec.name for h in self.holes):
+            raise TemplateError(f"infill {spec.name!r} is declared twice")
+        if spec.name in self.fields:
+            raise TemplateError(f"{spec.name!r} is both a field and an infill")
+        if len(self.holes) >= MAX_HOLES:
+            raise TemplateError(f"a template may declare at most {MAX_HOLES} infills")
+        self.holes.append(spec)
+        return f"{_MARK_OPEN}h:{len(self.holes) - 1}{_MARK_CLOSE}"
+
+
+def _check_name(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise TemplateError(
+            f"{what} name {name!r} must be lowercase letters, digits and _ (starting with a letter)"
+        )
+    return name
+
+
+def _field_spec(name: Any, options: dict[str, Any]) -> FieldSpec:
+    name = _check_name(name, "field")
+    unknown = sorted(set(options) - FIELD_KEYWORDS)
+    if unknown:
+        raise TemplateError(
+            f"field {name!r}: unsupported keyword(s) {', '.join(unknown)}; "
+            f"allowed: {', '.join(sorted(FIELD_KEYWORDS))}"
+        )
+    ftype = options.get("type", "text")
+    if ftype not in FIELD_TYPES:
+        raise TemplateError(
+            f"field {name!r}: type {ftype!r} is not one of {', '.join(sorted(FIELD_TYPES))}"
+        )
+    choices = options.get("choices")
+    if ftype == "choice" and not choices:
+        raise TemplateError(f"field {name!r}: type 'choice' needs choices=[...]")
+    if choices is not None and (
+        not isinstance(choices, list) or not all(isinstance(c, str) and c for c in choices)
+    ):
+        raise TemplateError(f"field {name!r}: choices must be a list of non-empty strings")
+    for key in ("max_length", "min_length"):
+        value = options.get(key)
+        if value is not None and (not isinstance(value, int) or value < 0):
+            raise TemplateError(f"field {name!r}: {key} must be a non-negative integer")
+    pattern = options.get("pattern")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except (re.error, TypeError) as exc:
+            raise TemplateError(f"field {name!r}: pattern is not a valid regex: {exc}") from exc
+    return FieldSpec(
+        name=name,
+        type=ftype,
+        label=str(options.get("label") or name.replace("_", " ").capitalize()),
+        help=str(options.get("help", "")),
+        required=bool(options.get("required", True)),
+        max_length=options.get("max_length"),
+        min_length=options.get("min_length"),
+        pattern=pattern,
+        choices=choices,
+        minimum=options.get("minimum"),
+        maximum=options.get("maximum"),
+        default=options.get("default"),
+    )
+
+
+def _hole_spec(name: Any, options: dict[str, Any], hint: str) -> HoleSpec:
+    name = _check_name(name, "infill")
+    unknown = sorted(set(options) - HOLE_KEYWORDS)
+    if unknown:
+        raise TemplateError(
+            f"infill {name!r}: unsupported keyword(s) {', '.join(unknown)}; "
+            f"allowed: {', '.join(sorted(HOLE_KEYWORDS))}"
+        )
+    max_tokens = options.get("max_tokens")
+    if not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_HOLE_TOKENS:
+        raise TemplateError(
+            f"infill {name!r}: max_tokens must be an integer from 1 to {MAX_HOLE_TOKENS}"
+        )
+    constraint = {k: options[k] for k in ("pattern", "choices", "schema") if k in options}
+    constraint_check(constraint, where=f"infill {name!r}")
+    return HoleSpec(
+        name=name,
+        max_tokens=max_tokens,
+        hint=hint,
+        label=str(options.get("label") or name.replace("_", " ").capitalize()),
+        constraint=constraint,
+    )
+
+
+def constraint_check(constraint: dict[str, Any], *, where: str) -> None:
+    """Raise TemplateError unless the hole constraint is one the sampler enforces."""
+    if len(constraint) > 1:
+        raise TemplateError(f"{where}: use one of pattern, choices or schema, not several")
+    if "choices" in constraint:
+        choices = constraint["choices"]
+        if not isinstance(choices, list) or not choices or not all(
+            isinstance(c, str) and c for c in choices
+        ):
+            raise TemplateError(f"{where}: choices must be a non-empty list of non-empty strings")
+    if "pattern" in constraint:
+        pattern = constraint["pattern"]
+        if not isinstance(pattern, str) or not pattern:
+            raise TemplateError(f"{where}: pattern must be a non-empty string")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise TemplateError(f"{where}: pattern is not a valid regex: {exc}") from exc
+        _sampler_pattern_check(pattern, where)
+    if "schema" in constraint:
+        schema = constraint["schema"]
+        if not isinstance(schema, dict):
+            raise TemplateError(f"{where}: schema must be a JSON object")
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise TemplateError(f"{where}: schema is not a valid JSON Schema: {exc.message}") from exc
+
+
+def _sampler_pattern_check(pattern: str, where: str) -> None:
+    """Reject regex features the sampler cannot enforce while decoding."""
+    try:
+        from gpu_worker import constraints
+    except ImportError:  # pragma: no cover - the sampler ships with the app
+        return
+    checker = getattr(constraints, "check_pattern", None)
+    if checker is None:
+        return
+    try:
+        checker(pattern)
+    except ValueError as exc:
+        raise TemplateError(f"{where}: {exc}") from exc
+
+
+# -- the whitelist of constructs ----------------------------------------------------------
+_ALLOWED_NODES = (
+    nodes.Template, nodes.Output, nodes.TemplateData, nodes.Const, nodes.List, nodes.Dict,
+    nodes.Pair, nodes.Keyword, nodes.CallBlock, nodes.ExtensionAttribute, nodes.Neg,
+)  # fmt: skip
+
+
+def _check_constructs(tree: nodes.Node) -> None:
+    for node in tree.find_all(nodes.Node):
+        if isinstance(node, _ALLOWED_NODES):
+            continue
+        if isinstance(node, nodes.Call):
+            if not (isinstance(node.node, nodes.Name | nodes.ExtensionAttribute)):
+                raise TemplateError(f"line {node.lineno}: only field(...) may be called")
+            if isinstance(node.node, nodes.Name) and node.node.name != "field":
+                raise TemplateError(
+                    f"line {node.lineno}: {node.node.name}(...) is not allowed; "
+                    "only field(...) and {% infill %} blocks"
+                )
+            if node.dyn_args is not None or node.dyn_kwargs is not None:
+                raise TemplateError(f"line {node.lineno}: *args and **kwargs are not allowed")
+            continue
+        if isinstance(node, nodes.Name) and node.name == "field":
+            continue
+        what = type(node).__name__.lower()
+        raise TemplateError(
+            f"line {getattr(node, 'lineno', '?')}: {what} is not allowed in a Stencil template; "
+            "only text, {{ field(...) }} and {% infill %}...{% endinfill %}"
+        )
+    for call in tree.find_all(nodes.Call):
+        for arg in [*call.args, *(kw.value for kw in call.kwargs)]:
+            if not _is_literal(arg):
+                raise TemplateError(f"line {call.lineno}: arguments must be literal values")
+
+
+def _is_literal(node: nodes.Node) -> bool:
+    if isinstance(node, nodes.Const):
+        return True
+    if isinstance(node, nodes.Neg):
+        return _is_literal(node.node)
+    if isinstance(node, nodes.List):
+        return all(_is_literal(item) for item in node.items)
+    if isinstance(node, nodes.Dict):
+        return all(_is_literal(p.key) and _is_literal(p.value) for p in node.items)
+    return False
+
+
+def _environment(recorder: _Recorder) -> SandboxedEnvironment:
+    env = SandboxedEnvironment(
+        extensions=[InfillExtension],
+        autoescape=False,
+        keep_trailing_newline=True,
+        undefined=__import__("jinja2").StrictUndefined,
+    )
+    env.globals["field"] = recorder.field
+    env.globals["_recorder"] = recorder
+    return env
+
+
+def parse_template(source: str, *, max_bytes: int = 65536) -> ParsedTemplate:
+    """Validate a template's source and return its declarations and pieces.
+
+    Raises TemplateError with a message a person can act on.
+    """
+    if not isinstance(source, str) or not source.strip():
+        raise TemplateError("the template is empty")
+    if len(source.encode()) > max_bytes:
+        raise TemplateError(f"the template is larger than {max_bytes} bytes")
+    if _MARK_OPEN in source or _MARK_CLOSE in source:
+        raise TemplateError("the template contains reserved characters U+E000 / U+E001")
+    recorder = _Recorder()
+    env = _environment(recorder)
+    try:
+        tree = env.parse(source)
+        _check_constructs(tree)
+        rendered = env.from_string(source).render()
+    except TemplateSyntaxError as exc:
+        raise TemplateError(f"line {exc.lineno}: {exc.message}") from exc
+    except TemplateError:
+        raise
+    except Exception as exc:  # sandbox violations and type errors in arguments
+        raise TemplateError(f"the template could not be read: {exc}") from exc
+    fields = [recorder.fields[name] for name in recorder.field_order]
+    pieces = _split(rendered, fields, recorder.holes)
+    if not recorder.holes and not fields:
+        raise TemplateError("the template declares no field() and no {% infill %}")
+    return ParsedTemplate(fields=fields, holes=recorder.holes, pieces=pieces)
+
+
+def _split(rendered: str, fields: list[FieldSpec], holes: list[HoleSpec]) -> list[Piece]:
+    pieces: list[Piece] = []
+    cursor = 0
+    for match in _MARK_RE.finditer(rendered):
+        if match.start() > cursor:
+            pieces.append(Piece("text", text=rendered[cursor : match.start()]))
+        index = int(match.group(2))
+        if match.group(1) == "f":
+            pieces.append(Piece("field", name=fields[index].name))
+        else:
+            pieces.append(Piece("fill", name=holes[index].name))
+        cursor = match.end()
+    if cursor < len(rendered):
+        pieces.append(Piece("text", text=rendered[cursor:]))
+    return pieces
+
+
+def fields_json_schema(fields: list[dict[str, Any]], *, max_field_length: int) -> dict[str, Any]:
+    """The JSON Schema that a draft's field values must satisfy."""
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for spec in fields:
+        prop: dict[str, Any]
+        ftype = spec.get("type", "text")
+        if ftype in {"integer", "number"}:
+            prop = {"type": ftype}
+            for key in ("minimum", "maximum"):
+                if spec.get(key) is not None:
+                    prop[key] = spec[key]
+        else:
+            prop = {"type": "string", "maxLength": min(spec.get("max_length") or max_field_length,
+                                                       max_field_length)}
+            if spec.get("min_length"):
+                prop["minLength"] = spec["min_length"]
+            if spec.get("pattern"):
+                prop["pattern"] = spec["pattern"]
+            if ftype == "choice":
+                prop["enum"] = spec["choices"]
+            elif ftype == "date":
+                prop["format"] = "date"
+                prop.setdefault("pattern", r"^\d{4}-\d{2}-\d{2}$")
+            elif ftype == "email":
+                prop["pattern"] = spec.get("pattern") or r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
+        if spec.get("required", True):
+            required.append(spec["name"])
+            if prop.get("type") == "string":
+                prop.setdefault("minLength", 1)
+        properties[spec["name"]] = prop
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+def field_errors(values: dict[str, Any], fields: list[dict[str, Any]], *,
+                 max_field_length: int) -> dict[str, str]:
+    """Per-field messages (empty when the values are valid)."""
+    schema = fields_json_schema(fields, max_field_length=max_field_length)
+    labels = {f["name"]: f.get("label") or f["name"] for f in fields}
+    errors: dict[str, str] = {}
+    validator = jsonschema.Draft202012Validator(schema)
+    for error in sorted(validator.iter_errors(values), key=lambda e: list(e.path)):
+        if error.validator == "required":
+            missing = error.message.split("'")[1]
+            errors.setdefault(missing, f"{labels.get(missing, missing)} is required.")
+            continue
+        if error.validator == "additionalProperties":
+            errors.setdefault("__all__", "Unknown fields were sent: " + error.message)
+            continue
+        name = str(error.path[0]) if error.path else "__all__"
+        errors.setdefault(name, _friendly(error, labels.get(name, name)))
+    return errors
+
+
+def _friendly(error: jsonschema.ValidationError, label: str) -> str:
+    limit = error.validator_value
+    return {
+        "maxLength": f"{label} is too long: at most {limit} characters.",
+        "minLength": f"{label} is required." if limit == 1 else f"{label} needs at least {limit} characters.",
+        "pattern": f"{label} does not have the expected format.",
+        "enum": f"{label} must be one of: {', '.join(map(str, limit)) if isinstance(limit, list) else limit}.",
+        "type": f"{label} must be a {limit}.",
+        "minimum": f"{label} must be at least {limit}.",
+        "maximum": f"{label} must be at most {limit}.",
+    }.get(str(error.validator), f"{label}: {error.message}")
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))

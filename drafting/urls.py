@@ -1,0 +1,53 @@
+"""Page URLs (namespace ``drafting``) and JSON API URLs (namespace ``api``, under /api/v1/)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from drafting import api, views
+
+app_name = "drafting"
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("templates/<slug:slug>/new/", views.draft_new, name="draft_new"),
+    path("drafts/<int:draft_id>/", views.draft_detail, name="draft_detail"),
+    path("drafts/<int:draft_id>/values/", views.draft_values, name="draft_values"),
+    path("drafts/<int:draft_id>/fill/", views.draft_fill, name="draft_fill"),
+    path("drafts/<int:draft_id>/regenerate/", views.fragment_regenerate, name="fragment_regenerate"),
+    path("drafts/<int:draft_id>/fragments/<int:fragment_id>/lock/", views.fragment_lock,
+         name="fragment_lock"),
+    path("drafts/<int:draft_id>/fragments/<int:fragment_id>/review/", views.fragment_review,
+         name="fragment_review"),
+    path("drafts/<int:draft_id>/review/", views.draft_review, name="draft_review"),
+    path("drafts/<int:draft_id>/accept/", views.draft_accept, name="draft_accept"),
+    path("drafts/<int:draft_id>/export.<str:fmt>", views.draft_export, name="draft_export"),
+    path("jobs/<uuid:job_id>/", views.job_detail, name="job_detail"),
+    path("jobs/<uuid:job_id>/cancel/", views.job_cancel, name="job_cancel"),
+    path("tokens/", views.tokens, name="tokens"),
+    path("tokens/<int:token_id>/revoke/", views.token_revoke, name="token_revoke"),
+]  # fmt: skip
+
+api_urlpatterns = (
+    [
+        path("templates", api.templates, name="templates"),
+        path("templates/<slug:slug>", api.template_detail, name="template_detail"),
+        path("drafts", api.drafts, name="drafts"),
+        path("drafts/<int:draft_id>", api.draft_detail, name="draft_detail"),
+        path("drafts/<int:draft_id>/fragments/<int:fragment_id>/lock", api.fragment_lock,
+             name="fragment_lock"),
+        path("drafts/<int:draft_id>/fragments/<int:fragment_id>/review", api.fragment_review,
+             name="fragment_review"),
+        path("drafts/<int:draft_id>/fragments/<int:fragment_id>/regenerate",
+             api.fragment_regenerate, name="fragment_regenerate"),
+        path("drafts/<int:draft_id>/infill", api.draft_infill, name="draft_infill"),
+        path("drafts/<int:draft_id>/revisions", api.draft_revisions, name="draft_revisions"),
+        path("drafts/<int:draft_id>/accept", api.draft_accept, name="draft_accept"),
+        path("drafts/<int:draft_id>/export", api.draft_export, name="draft_export"),
+        path("infill", api.infill, name="infill"),
+        path("jobs", api.jobs, name="jobs"),
+        path("jobs/<uuid:job_id>", api.job_detail, name="job_detail"),
+        path("jobs/<uuid:job_id>/cancel", api.job_cancel, name="job_cancel"),
+    ],
+    "api",
+)  # fmt: skip

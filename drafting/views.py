@@ -1,0 +1,324 @@
+"""The pages. Each view parses its input, calls one service or selector, and renders.
+
+Another person's draft, job or export is a 404 (``*_get_for_user``). Every form posts with a
+CSRF token; every write redirects (post/redirect/get) with a message saying what happened.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from drafting import selectors, services
+from drafting.api import export_response, job_json
+from drafting.auth import api_token_create, api_token_list_for_user, api_token_revoke
+from drafting.forms import form_fields, values_from_post
+from drafting.models import Draft, Fragment, InfillJob
+
+PRESET_CHOICES = [
+    ("fast", "Fast — fewest steps"),
+    ("balanced", "Balanced"),
+    ("careful", "Careful — more steps, more checks"),
+]
+REVIEW_ACTIONS = {"accept", "reject", "edit"}
+
+
+def _admission_message(request: HttpRequest, exc: services.AdmissionError) -> None:
+    messages.error(
+        request, f"Not queued: {exc} (the service accepts new work again in about "
+        f"{exc.retry_after} seconds)."
+    )  # fmt: skip
+
+
+def _int_or_none(raw: str | None) -> int | None:
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+# -- home and new drafts ---------------------------------------------------------------------
+@login_required
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    templates = [t for t in selectors.template_list() if t.latest_version() is not None]
+    drafts = selectors.draft_list_for_user(user=request.user)
+    return render(request, "drafting/home.html", {"templates": templates, "drafts": drafts})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def draft_new(request: HttpRequest, slug: str) -> HttpResponse:
+    template = selectors.template_get(slug=slug)
+    version = selectors.template_version_latest(template=template)
+    values: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    title = template.title
+    status = 200
+    if request.method == "POST":
+        values = values_from_post(version.fields, request.POST)
+        title = request.POST.get("title", "") or template.title
+        try:
+            draft = services.draft_create(
+                owner=request.user, version=version, values=values, title=title
+            )
+        except services.UserError as exc:
+            messages.error(request, str(exc))
+            errors, status = exc.errors, 400
+        else:
+            messages.success(request, "Draft created. Lock what must not change, then fill.")
+            return redirect("drafting:draft_detail", draft_id=draft.id)
+    context = {
+        "template": template,
+        "version": version,
+        "title": title,
+        "fields": form_fields(version.fields, values, errors),
+        "form_error": errors.get("__all__", ""),
+    }
+    return render(request, "drafting/draft_new.html", context, status=status)
+
+
+# -- the draft page: values, locks, selection, fill -------------------------------------------
+def _draft_context(draft: Draft, values: dict[str, Any] | None = None,
+                   errors: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    latest = selectors.job_latest_for_draft(draft=draft)
+    return {
+        "draft": draft,
+        "fragments": list(draft.fragments.all()),
+        "fields": form_fields(draft.template_version.fields,
+                              draft.values if values is None else values, errors or {}),
+        "active_job": selectors.job_active_for_draft(draft=draft),
+        "latest_job": latest,
+        "presets": PRESET_CHOICES,
+        "has_provisional": selectors.draft_has_provisional(draft=draft),
+    }  # fmt: skip
+
+
+@login_required
+@require_GET
+def draft_detail(request: HttpRequest, draft_id: int) -> HttpResponse:
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    return render(request, "drafting/draft_detail.html", _draft_context(draft))
+
+
+@login_required
+@require_POST
+def draft_values(request: HttpRequest, draft_id: int) -> HttpResponse:
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    values = values_from_post(draft.template_version.fields, request.POST)
+    try:
+        services.draft_values_update(draft=draft, values=values)
+    except services.UserError as exc:
+        messages.error(request, f"{exc} Nothing was saved.")
+        context = _draft_context(draft, values=values, errors=exc.errors)
+        return render(request, "drafting/draft_detail.html", context, status=400)
+    messages.success(request, "Values saved.")
+    return redirect("drafting:draft_detail", draft_id=draft.id)
+
+
+@login_required
+@require_POST
+def fragment_lock(request: HttpRequest, draft_id: int, fragment_id: int) -> HttpResponse:
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    fragment = selectors.fragment_get_for_user(user=request.user, draft=draft,
+                                               fragment_id=fragment_id)  # fmt: skip
+    locked = request.POST.get("locked") == "1"
+    services.fragment_lock_set(fragment=fragment, locked=locked)
+    what = fragment_label(fragment)
+    messages.success(request, f"{what} is now {'locked' if locked else 'unlocked'}.")
+    return _back(request, draft)
+
+
+def fragment_label(fragment: Fragment) -> str:
+    label = (fragment.spec or {}).get("label") or fragment.name
+    return f"“{label}”" if label else f"Fragment {fragment.position + 1}"
+
+
+def _back(request: HttpRequest, draft: Draft) -> HttpResponseRedirect:
+    """Back to the page the form was on (the draft page or its review page)."""
+    if request.POST.get("next") == "review":
+        return redirect("drafting:draft_review", draft_id=draft.id)
+    return redirect("drafting:draft_detail", draft_id=draft.id)
+
+
+@login_required
+@require_POST
+def draft_fill(request: HttpRequest, draft_id: int) -> HttpResponse:
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    preset = request.POST.get("preset", "balanced")
+    try:
+        job = services.draft_infill_request(draft=draft, user=request.user, preset=preset)
+    except services.UserError as exc:
+        messages.error(request, str(exc))
+        return _back(request, draft)
+    except services.AdmissionError as exc:
+        _admission_message(request, exc)
+        return _back(request, draft)
+    return redirect("drafting:job_detail", job_id=job.id)
+
+
+@login_required
+@require_POST
+def fragment_regenerate(request: HttpRequest, draft_id: int) -> HttpResponse:
+    """Regenerate one fragment, or the span of it the person selected (start/end)."""
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    fragment = selectors.fragment_get_for_user(
+        user=request.user, draft=draft, fragment_id=request.POST.get("fragment", "")
+    )
+    try:
+        job = services.fragment_regenerate(
+            fragment=fragment, user=request.user, preset=request.POST.get("preset", "balanced"),
+            start=_int_or_none(request.POST.get("start")),
+            end=_int_or_none(request.POST.get("end")),
+        )  # fmt: skip
+    except services.UserError as exc:
+        messages.error(request, str(exc))
+        return _back(request, draft)
+    except services.AdmissionError as exc:
+        _admission_message(request, exc)
+        return _back(request, draft)
+    return redirect("drafting:job_detail", job_id=job.id)
+
+
+# -- review ----------------------------------------------------------------------------------
+@login_required
+@require_GET
+def draft_review(request: HttpRequest, draft_id: int) -> HttpResponse:
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    context = _draft_context(draft)
+    context["diff_lines"] = _diff_lines(services.revision_diff(draft=draft))
+    context["revisions"] = list(selectors.draft_revision_list(draft=draft)[:10])
+    return render(request, "drafting/draft_review.html", context)
+
+
+def _diff_lines(diff: str) -> list[tuple[str, str]]:
+    """(css class, line) pairs for the unified diff."""
+    lines: list[tuple[str, str]] = []
+    for line in diff.splitlines():
+        if line.startswith(("+++", "---")):
+            kind = "file"
+        elif line.startswith("@@"):
+            kind = "hunk"
+        elif line.startswith("+"):
+            kind = "add"
+        elif line.startswith("-"):
+            kind = "del"
+        else:
+            kind = "same"
+        lines.append((kind, line))
+    return lines
+
+
+@login_required
+@require_POST
+def fragment_review(request: HttpRequest, draft_id: int, fragment_id: int) -> HttpResponse:
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    fragment = selectors.fragment_get_for_user(user=request.user, draft=draft,
+                                               fragment_id=fragment_id)  # fmt: skip
+    action = request.POST.get("action", "")
+    text = request.POST.get("text") if action == "edit" else None
+    try:
+        services.fragment_review(fragment=fragment, action=action, user=request.user, text=text)
+    except services.UserError as exc:
+        messages.error(request, str(exc))
+    else:
+        done = {"accept": "accepted", "reject": "rejected", "edit": "saved"}.get(action, action)
+        messages.success(request, f"{fragment_label(fragment)} {done}.")
+    return redirect("drafting:draft_review", draft_id=draft.id)
+
+
+@login_required
+@require_POST
+def draft_accept(request: HttpRequest, draft_id: int) -> HttpResponse:
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    expected = _int_or_none(request.POST.get("revision"))
+    if expected is None:
+        messages.error(request, "The accept form lost its revision number; reload the page.")
+        return redirect("drafting:draft_review", draft_id=draft.id)
+    try:
+        revision = services.draft_accept(draft=draft, expected_revision=expected,
+                                         user=request.user)  # fmt: skip
+    except services.UserError as exc:
+        messages.error(request, f"Not accepted: {exc}.")
+    except services.ConflictError:
+        draft.refresh_from_db()
+        already = draft.accepted_revision
+        note = (f" Revision {already.number} is the accepted one." if already else "")
+        messages.error(
+            request,
+            "Not accepted: this draft changed since the page was loaded, or it was already "
+            f"accepted (a double click or another tab).{note} Check the text below and accept "
+            "again if it is right.",
+        )
+    else:
+        messages.success(request, f"Accepted. Revision {revision.number} is final.")
+    return redirect("drafting:draft_review", draft_id=draft.id)
+
+
+@login_required
+@require_GET
+def draft_export(request: HttpRequest, draft_id: int, fmt: str) -> HttpResponse:
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    if fmt not in {"txt", "md"}:
+        raise Http404("no such export format")
+    return export_response(draft, fmt)
+
+
+# -- jobs ------------------------------------------------------------------------------------
+@login_required
+@require_GET
+def job_detail(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
+    job = selectors.job_get_for_user(user=request.user, job_id=job_id)
+    return render(request, "drafting/job_detail.html", {"job": job, "state": job_json(job)})
+
+
+@login_required
+@require_POST
+def job_cancel(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
+    job = selectors.job_get_for_user(user=request.user, job_id=job_id)
+    job = services.infill_job_cancel(job=job)
+    if job.state == InfillJob.State.CANCELLED:
+        messages.success(request, "Cancelled.")
+    elif job.is_final:
+        messages.info(request, f"The job had already ended ({job.state}).")
+    else:
+        messages.info(request, "Cancelling: the model stops at its next step.")
+    return redirect("drafting:job_detail", job_id=job.id)
+
+
+# -- API tokens ------------------------------------------------------------------------------
+@login_required
+@require_http_methods(["GET", "POST"])
+def tokens(request: HttpRequest) -> HttpResponse:
+    new_key = ""
+    error = ""
+    status = 200
+    if request.method == "POST":
+        try:
+            _, new_key = api_token_create(user=request.user, name=request.POST.get("name", ""))
+        except services.UserError as exc:
+            error, status = exc.errors.get("name", str(exc)), 400
+    context = {
+        "tokens": api_token_list_for_user(user=request.user),
+        "new_key": new_key,
+        "error": error,
+        "api_base": request.build_absolute_uri(reverse("api:drafts")).rsplit("/drafts", 1)[0],
+    }
+    return render(request, "drafting/tokens.html", context, status=status)
+
+
+@login_required
+@require_POST
+def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
+    api_token_revoke(user=request.user, token_id=token_id)
+    messages.success(request, "Token revoked.")
+    return redirect("drafting:tokens")

@@ -1,0 +1,294 @@
+"""The AR-FIM route: fill a canvas's holes left to right with the fill-in-the-middle model.
+
+The baseline and fallback of the diffusion route. For each hole, in document order:
+
+    <pre> prefix <suf> suffix <mid> middle ... <eos>
+
+where the prefix is everything before the hole (earlier holes already filled) and the suffix
+is the locked text after it, up to the next hole (a causal model cannot condition on a hole
+that is not filled yet). The middle is decoded one token at a time with the KV cache
+(``forward_window(write_cache=True)``), so each new token costs one window of width one, until
+EOS / pad or the hole's ``max_tokens``. Constraints as in the sampler: a ``choices`` hole
+scores every whole candidate (and its EOS) under the model and takes the best (or samples from
+the scores' softmax); a ``pattern`` hole only takes tokens that keep the pattern completable
+within the positions left (:class:`gpu_worker.constraints.PatternConstraint`).
+
+Greedy at temperature 0; otherwise sampled from the request's ``torch.Generator`` (seeded by
+the canvas's seed), never from the global RNG. The outcome is the sampler's
+:class:`gpu_worker.infill.InfillOutcome`, with ``route="ar_fim"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gpu_worker.backends import LoadedModel
+from gpu_worker.canvas import Canvas, Hole, parse_canvas
+from gpu_worker.config import SamplerConfig, config_from_overrides
+from gpu_worker.constraints import CharAutomaton, ChoiceConstraint, PatternConstraint
+from gpu_worker.infill import InfillOutcome
+from gpu_worker.model import KVCache, StencilTransformer
+
+ROUTE = "ar_fim"
+
+
+@dataclass
+class _Context:
+    """The FIM prompt of one hole and the model state after reading it."""
+
+    ids: list[int]  # <pre> prefix <suf> suffix <mid>
+    cache: KVCache
+    last_logits: torch.Tensor  # [V] logits of the next token after the prompt
+
+
+@dataclass
+class _Fill:
+    tokens: list[int]  # the middle's tokens (forced prefix included), without EOS
+    forward_passes: int
+    trace: list[dict[str, Any]]
+
+
+def infill_request_ar(
+    loaded: LoadedModel,
+    request: str | dict[str, Any],
+    *,
+    config: SamplerConfig | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+) -> InfillOutcome:
+    """Fill the holes of a Canvas-JSON ``request`` with the AR-FIM model of ``loaded``.
+
+    ``config`` (default: the request's ``sampler`` overrides on the default preset) supplies
+    ``temperature``, ``top_p`` and ``precision``; the block fields do not apply to this route.
+    ``should_stop`` is asked before every token; ``on_step`` gets each trace entry.
+    """
+    network = loaded.network
+    if loaded.kind != ROUTE or not isinstance(network, StencilTransformer):
+        raise ValueError(f"the AR route needs a Stencil ar_fim model, got kind={loaded.kind!r}")
+    started = time.perf_counter()
+    canvas = parse_canvas(
+        request, loaded.tokenizer, max_len=network.max_len, vocab_size=network.config.vocab_size
+    )
+    cfg = config or config_from_overrides(None, canvas.sampler)
+    generator = torch.Generator().manual_seed(canvas.seed)
+    ids = canvas.ids.clone()  # [L]: holes get their tokens then pad, as the sampler leaves them
+    trace: list[dict[str, Any]] = []
+    forward_passes = steps = 0
+    cancelled = False
+    for index, hole in enumerate(canvas.holes):
+        if should_stop is not None and should_stop():
+            cancelled = True
+            break
+        fill = _fill_hole(network, loaded, canvas, ids, index, cfg, generator, should_stop)
+        ids[hole.start : hole.end] = canvas.pad_id
+        ids[hole.start : hole.start + len(fill.tokens)] = torch.tensor(fill.tokens, dtype=torch.long)
+        forward_passes += fill.forward_passes
+        steps += fill.forward_passes
+        for entry in fill.trace:
+            entry["step"] = len(trace)
+            trace.append(entry)
+            if on_step is not None:
+                on_step(entry)
+        if fill.forward_passes and should_stop is not None and should_stop():
+            cancelled = index < len(canvas.holes) - 1
+            if cancelled:
+                break
+    elapsed = time.perf_counter() - started
+    trace_json = json.dumps(trace, sort_keys=True, separators=(",", ":"))
+    return InfillOutcome(
+        holes=canvas.hole_texts(ids, loaded.tokenizer),
+        document=canvas.document(ids, loaded.tokenizer),
+        forward_passes=forward_passes,
+        steps=steps,
+        timings={"total_s": elapsed},
+        trace=trace,
+        trace_sha256=hashlib.sha256(trace_json.encode("utf-8")).hexdigest(),
+        config=cfg.to_dict(),
+        config_sha256=cfg.sha256,
+        seed=canvas.seed,
+        route=ROUTE,
+        cancelled=cancelled,
+        violations=[],
+    )
+
+
+# -- one hole -----------------------------------------------------------------------------------
+def fim_prompt(canvas: Canvas, ids: torch.Tensor, index: int, network: StencilTransformer) -> list[int]:
+    """``<pre> prefix <suf> suffix <mid>`` token ids for hole ``index``.
+
+    The prefix is the canvas before the hole (filled holes' pad tails dropped); the suffix the
+    locked tokens after it up to the next hole. A prompt too long for the model loses the far
+    end of its prefix, as in training.
+    """
+    hole = canvas.holes[index]
+    cfg = network.config
+    terminators = {canvas.pad_id, canvas.eos_id}
+    prefix = [int(t) for t in ids[: hole.start].tolist() if int(t) not in terminators]
+    next_start = canvas.holes[index + 1].start if index + 1 < len(canvas.holes) else canvas.length
+    suffix = [int(t) for t in ids[hole.end : next_start].tolist()]
+    budget = cfg.max_len - hole.max_len - 2  # room for the middle and its EOS
+    overflow = len(prefix) + len(suffix) + 3 - budget
+    if overflow > 0:
+        prefix = prefix[overflow:]
+    return [cfg.fim_prefix_id, *prefix, cfg.fim_suffix_id, *suffix, cfg.fim_middle_id]
+
+
+def _fill_hole(
+    network: StencilTransformer,
+    loaded: LoadedModel,
+    canvas: Canvas,
+    ids: torch.Tensor,
+    index: int,
+    cfg: SamplerConfig,
+    generator: torch.Generator,
+    should_stop: Callable[[], bool] | None,
+) -> _Fill:
+    hole = canvas.holes[index]
+    context = _read_prompt(network, fim_prompt(canvas, ids, index, network), cfg)
+    if isinstance(hole.constraint, ChoiceConstraint):
+        return _fill_choice(network, context, hole, hole.constraint, cfg, generator)
+    return _fill_free(network, canvas, context, hole, cfg, generator, should_stop)
+
+
+def _precision(cfg: SamplerConfig) -> torch.autocast:
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
+
+
+@torch.no_grad()
+def _read_prompt(network: StencilTransformer, prompt: list[int], cfg: SamplerConfig) -> _Context:
+    device = next(network.parameters()).device
+    with _precision(cfg):
+        logits, cache = network.forward_window(
+            torch.tensor([prompt], device=device), write_cache=True
+        )  # logits [1, P, V]
+    assert cache is not None
+    return _Context(prompt, cache, logits[0, -1].float())
+
+
+@torch.no_grad()
+def _step(
+    network: StencilTransformer, cache: KVCache, token: int, position: int, cfg: SamplerConfig
+) -> tuple[torch.Tensor, KVCache]:
+    """Append one token at ``position``; logits [V] of the next one and the grown cache."""
+    device = next(network.parameters()).device
+    with _precision(cfg):
+        logits, grown = network.forward_window(
+            torch.tensor([[token]], device=device), start=position, cache=cache, write_cache=True
+        )  # [1, 1, V]
+    assert grown is not None
+    return logits[0, -1].float(), grown
+
+
+def _fill_free(
+    network: StencilTransformer,
+    canvas: Canvas,
+    context: _Context,
+    hole: Hole,
+    cfg: SamplerConfig,
+    generator: torch.Generator,
+    should_stop: Callable[[], bool] | None,
+) -> _Fill:
+    """Decode a free or pattern hole token by token (the forced prefix on the first token)."""
+    pattern = hole.constraint if isinstance(hole.constraint, PatternConstraint) else None
+    state = pattern.start if pattern is not None else 0
+    terminators = list(canvas.terminators())
+    logits, cache, position = context.last_logits, context.cache, len(context.ids)
+    tokens: list[int] = []
+    trace: list[dict[str, Any]] = []
+    passes = 1  # the prompt's forward
+    for offset in range(hole.max_len):
+        remaining = hole.max_len - offset
+        if pattern is not None:
+            allowed = pattern.allowed(state, remaining)
+        elif offset == 0 and hole.start in canvas.allowed:
+            allowed = canvas.allowed[hole.start]  # tokens that start with the forced prefix
+        else:
+            allowed = canvas.free_vocab.clone()
+            allowed[terminators] = True
+        token, prob = _choose(logits, allowed, cfg, generator)
+        trace.append({"hole": hole.name, "offset": offset, "token": token, "p": round(prob, 6)})
+        if token in terminators:
+            break
+        tokens.append(token)
+        if pattern is not None:
+            state = pattern.advance(state, token)
+            if state == CharAutomaton.DEAD:  # cannot happen: allowed() keeps it alive
+                raise RuntimeError(f"pattern of hole {hole.name!r} died on token {token}")
+        if offset + 1 == hole.max_len or (should_stop is not None and should_stop()):
+            break
+        logits, cache = _step(network, cache, token, position, cfg)
+        position += 1
+        passes += 1
+    return _Fill(tokens, passes, trace)
+
+
+def _choose(
+    logits: torch.Tensor, allowed: torch.Tensor, cfg: SamplerConfig, generator: torch.Generator
+) -> tuple[int, float]:
+    """A token among ``allowed`` [V]: argmax at temperature 0, else a top-p sample."""
+    vocab = logits.shape[-1]
+    mask = torch.zeros(vocab, dtype=torch.bool)
+    mask[: min(vocab, allowed.shape[0])] = allowed[:vocab]
+    scores = logits.masked_fill(~mask, float("-inf"))  # [V]
+    probs = torch.softmax(scores, dim=-1)
+    if cfg.temperature == 0:
+        token = int(scores.argmax())
+    else:
+        tempered = torch.softmax(scores / cfg.temperature, dim=-1)
+        if cfg.top_p < 1.0:
+            sorted_p, order = tempered.sort(descending=True)
+            outside = sorted_p.cumsum(-1) - sorted_p > cfg.top_p  # keeps at least the top one
+            tempered = torch.zeros_like(tempered).scatter(0, order, sorted_p.masked_fill(outside, 0.0))
+        token = int(torch.multinomial(tempered, 1, generator=generator))
+    return token, float(probs[token])
+
+
+@torch.no_grad()
+def score_candidates(
+    network: StencilTransformer, context: _Context, candidates: list[list[int]], cfg: SamplerConfig
+) -> list[float]:
+    """Log-probability of each whole candidate followed by EOS, given the prompt."""
+    eos = network.config.eos_id
+    device = next(network.parameters()).device
+    first = torch.log_softmax(context.last_logits, dim=-1)  # [V]
+    scores = []
+    for tokens in candidates:
+        total = float(first[tokens[0]])
+        with _precision(cfg):
+            logits, _ = network.forward_window(
+                torch.tensor([tokens], device=device), start=len(context.ids), cache=context.cache
+            )  # [1, n, V]
+        logp = torch.log_softmax(logits[0].float(), dim=-1)  # [n, V]
+        following = [*tokens[1:], eos]
+        total += float(logp[torch.arange(len(tokens)), torch.tensor(following)].sum())
+        scores.append(total)
+    return scores
+
+
+def _fill_choice(
+    network: StencilTransformer,
+    context: _Context,
+    hole: Hole,
+    choice: ChoiceConstraint,
+    cfg: SamplerConfig,
+    generator: torch.Generator,
+) -> _Fill:
+    candidates = [list(c) for c in choice.candidates]
+    scores = torch.tensor(score_candidates(network, context, candidates, cfg))  # [C]
+    if cfg.temperature == 0:
+        pick = int(scores.argmax())
+    else:
+        pick = int(torch.multinomial(torch.softmax(scores / cfg.temperature, 0), 1, generator=generator))
+    probs = torch.softmax(scores, 0)
+    trace = [{"hole": hole.name, "choice": choice.choices[pick], "p": round(float(probs[pick]), 6)}]
+    return _Fill(candidates[pick], 1 + len(candidates), trace)
+
+
+__all__ = ["ROUTE", "fim_prompt", "infill_request_ar", "score_candidates"]

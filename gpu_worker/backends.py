@@ -1,0 +1,77 @@
+"""Model backends: the one small protocol the sampler and the AR route talk to.
+
+``logits = model(ids [B, L], attention_mask [B, L]) -> [B, L, V]`` plus the ids of mask / pad /
+eos and the longest sequence the model takes. A loaded backend pairs the network with its
+tokenizer and the hashes the audit record needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from gpu_worker.tokenizer import StencilTokenizer
+
+
+@runtime_checkable
+class DenoiserModel(Protocol):
+    """What a network must offer the sampler."""
+
+    mask_id: int
+    pad_id: int
+    eos_id: int
+    max_len: int
+
+    def __call__(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor: ...
+
+
+@dataclass
+class LoadedModel:
+    """A network, its tokenizer and what identifies them in an audit record."""
+
+    name: str
+    directory: Path
+    network: torch.nn.Module  # a DenoiserModel
+    tokenizer: StencilTokenizer
+    weights_sha256: str
+    tokenizer_sha256: str
+    kind: str  # "denoiser" | "ar_fim" | "external"
+    placeholder: bool  # True when the weights are untrained (say so in the UI)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def load_backend(directory: Path, *, device: str | torch.device = "cpu") -> LoadedModel:
+    """Load a shipped Stencil model directory (config.json + model.safetensors + tokenizer.json)."""
+    import json
+
+    from gpu_worker.model import load_model
+
+    directory = Path(directory)
+    for required in ("config.json", "model.safetensors", "tokenizer.json"):
+        if not (directory / required).is_file():
+            raise FileNotFoundError(f"model directory {directory} lacks {required}")
+    network = load_model(directory, device=device)
+    config = json.loads((directory / "config.json").read_text())
+    return LoadedModel(
+        name=directory.name,
+        directory=directory,
+        network=network,
+        tokenizer=StencilTokenizer.from_file(directory / "tokenizer.json"),
+        weights_sha256=file_sha256(directory / "model.safetensors"),
+        tokenizer_sha256=file_sha256(directory / "tokenizer.json"),
+        kind=str(config["kind"]),
+        placeholder=bool(config.get("extra", {}).get("placeholder", False)),
+    )

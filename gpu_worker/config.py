@@ -1,0 +1,222 @@
+"""SamplerConfig: every control surface of the block-diffusion sampler in one frozen dataclass.
+
+The config is stored on the job and in the run record, so it has one canonical JSON form
+(sorted keys, no spaces) and a sha256 of that form. ``from_json`` round-trips it and rejects
+unknown fields; ``config_from_overrides`` starts from a named preset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+CommitRule = Literal["even", "threshold", "margin", "entropy"]
+RemaskPolicy = Literal["none", "low_confidence"]
+Precision = Literal["fp32", "bf16"]
+CacheMode = Literal["none", "dual"]
+BlockScope = Literal["canvas", "hole"]
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "commit_rule": get_args(CommitRule),
+    "remask": get_args(RemaskPolicy),
+    "precision": get_args(Precision),
+    "cache": get_args(CacheMode),
+    "block_scope": get_args(BlockScope),
+}
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """How one request is denoised. Every field is part of the audit record."""
+
+    # Maskable (hole) positions per block. Blocks advance left to right across the canvas;
+    # attention stays bidirectional, so a block sees the locked text on both sides.
+    block_length: int = 32
+    # "canvas": a block packs the next block_length hole positions, across holes;
+    # "hole": a block never spans two holes (a short hole is a block of its own).
+    block_scope: BlockScope = "canvas"
+    # `even` rule: the steps a block's masked positions are spread over (LLaDA's schedule:
+    # ceil(masked left / steps left) per step, so the remainder lands on the earliest steps).
+    # The threshold rules ignore it: they stop when the block is done.
+    steps_per_block: int = 32
+    # Request budget: the most forward passes (= steps) for the whole canvas. When one pass is
+    # left, that last pass commits every remaining masked position (a "flush").
+    max_steps: int = 512
+    # Which masked positions of the active block are committed at each step:
+    #   even      - a fixed quota per step, the most confident first;
+    #   threshold - every position whose probability >= threshold (at least one), Fast-dLLM;
+    #   margin    - every position whose top-1 minus top-2 probability >= threshold (>= one);
+    #   entropy   - every position whose predictive entropy <= entropy_threshold (>= one).
+    commit_rule: CommitRule = "threshold"
+    # Probability (threshold rule) or probability margin (margin rule) needed to commit.
+    threshold: float = 0.9
+    # Highest predictive entropy, in nats, at which the entropy rule commits a position.
+    entropy_threshold: float = 0.5
+    # Softmax temperature for the token at each position; 0 = argmax (independent of seed).
+    temperature: float = 0.0
+    # Nucleus sampling: keep the smallest set of tokens whose probability sums to top_p.
+    top_p: float = 1.0
+    # Re-masking of committed tokens so the model can reconsider them:
+    #   none            - a committed token stays;
+    #   low_confidence  - after each step, re-mask up to remask_budget committed, unlocked,
+    #                     unconstrained tokens of the active block whose current probability
+    #                     is below remask_below (the least confident first).
+    remask: RemaskPolicy = "none"
+    # The most tokens re-masked in one step (always fewer than the step committed).
+    remask_budget: int = 1
+    # Only tokens whose probability under the current step's logits is below this re-mask.
+    remask_below: float = 0.3
+    # Stopping rule inside a hole: when EOS or pad is committed, the rest of the hole is
+    # filled with pad at once (no more steps spent on it). The tail after the first EOS / pad
+    # is always stripped from the hole's text, whatever this says.
+    stop_on_eos: bool = True
+    # Arithmetic of the forward pass: fp32, or bf16 under torch.autocast.
+    precision: Precision = "fp32"
+    # "dual": a KV cache of every position, refreshed once per block; the steps inside a
+    # block recompute only the block's window (Fast-dLLM dual cache). "none": exact, a full
+    # forward pass at every step.
+    cache: CacheMode = "none"
+
+    def __post_init__(self) -> None:
+        _validate(self)
+        # An int where a float belongs would change the canonical JSON (1 vs 1.0): normalise.
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(f.default, float) and isinstance(value, int):
+                object.__setattr__(self, f.name, float(value))
+
+    # -- canonical form ------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        """Canonical JSON: sorted keys, no spaces."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+
+    @classmethod
+    def from_json(cls, data: str | dict[str, Any]) -> SamplerConfig:
+        """Parse a (canonical or partial) JSON object; missing fields take the defaults."""
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"sampler config is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"sampler config must be a JSON object, got {type(data).__name__}")
+        return cls(**_coerce_fields(data))
+
+    def replace(self, **changes: Any) -> SamplerConfig:
+        return dataclasses.replace(self, **_coerce_fields(changes))
+
+
+def _field_types() -> dict[str, Any]:
+    return {f.name: f.default for f in dataclasses.fields(SamplerConfig)}
+
+
+def _coerce_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """Check names and JSON types of fields; ints are accepted where a float is expected."""
+    defaults = _field_types()
+    unknown = sorted(set(data) - set(defaults))
+    if unknown:
+        raise ValueError(
+            f"unknown sampler field(s) {unknown}; known fields: {sorted(defaults)}"
+        )
+    out: dict[str, Any] = {}
+    for name, value in data.items():
+        default = defaults[name]
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(default, float):
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            value = float(value) if ok else value
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            raise ValueError(
+                f"sampler field {name}={value!r} must be of type {type(default).__name__}"
+            )
+        out[name] = value
+    return out
+
+
+def _validate(cfg: SamplerConfig) -> None:
+    for name, allowed in _CHOICES.items():
+        value = getattr(cfg, name)
+        if value not in allowed:
+            raise ValueError(f"{name}={value!r} is not one of {list(allowed)}")
+    for name in ("block_length", "steps_per_block", "max_steps"):
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name}={value!r} must be an integer >= 1")
+    if not isinstance(cfg.remask_budget, int) or cfg.remask_budget < 0:
+        raise ValueError(f"remask_budget={cfg.remask_budget!r} must be an integer >= 0")
+    _check_range("threshold", cfg.threshold, 0.0, 1.0, low_open=True)
+    _check_range("top_p", cfg.top_p, 0.0, 1.0, low_open=True)
+    _check_range("remask_below", cfg.remask_below, 0.0, 1.0)
+    _check_range("temperature", cfg.temperature, 0.0, math.inf)
+    _check_range("entropy_threshold", cfg.entropy_threshold, 0.0, math.inf)
+
+
+def _check_range(
+    name: str, value: float, low: float, high: float, *, low_open: bool = False
+) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
+        raise ValueError(f"{name}={value!r} must be a number")
+    if value < low or (low_open and value == low) or value > high or math.isinf(value):
+        bracket = "(" if low_open else "["
+        raise ValueError(f"{name}={value!r} must lie in {bracket}{low}, {high}]")
+
+
+PRESETS: dict[str, SamplerConfig] = {
+    # Many tokens per forward pass: a low threshold and the dual cache.
+    "fast": SamplerConfig(commit_rule="threshold", threshold=0.7, block_length=32, cache="dual"),
+    # The default: Fast-dLLM's threshold with the dual cache.
+    "balanced": SamplerConfig(
+        commit_rule="threshold", threshold=0.9, block_length=32, cache="dual"
+    ),
+    # One token per step in small blocks, exact attention, with low-confidence re-masking.
+    "careful": SamplerConfig(
+        commit_rule="even",
+        block_length=16,
+        steps_per_block=16,
+        cache="none",
+        remask="low_confidence",
+        remask_budget=1,
+    ),
+}
+DEFAULT_PRESET = "balanced"
+
+
+def config_from_overrides(
+    preset: str | None = None, overrides: dict[str, Any] | None = None
+) -> SamplerConfig:
+    """The named preset (default "balanced") with the fields in ``overrides`` replaced."""
+    name = DEFAULT_PRESET if preset is None else preset
+    if name not in PRESETS:
+        raise ValueError(f"preset={name!r} is not one of {sorted(PRESETS)}")
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ValueError(f"overrides must be a JSON object, got {type(overrides).__name__}")
+    return PRESETS[name].replace(**(overrides or {}))
+
+
+__all__ = [
+    "DEFAULT_PRESET",
+    "PRESETS",
+    "BlockScope",
+    "CacheMode",
+    "CommitRule",
+    "Precision",
+    "RemaskPolicy",
+    "SamplerConfig",
+    "config_from_overrides",
+]

@@ -1,0 +1,266 @@
+"""The library entry point for filling a canvas, and its Django-free CLI.
+
+``infill_request(loaded, request)`` parses Canvas JSON, denoises it, validates the result and
+returns an :class:`InfillOutcome` (the AR route returns the same dataclass). The CLI::
+
+    python -m gpu_worker.infill FILE.json [--model models/stencil-denoiser] [--trace]
+
+prints the holes, the document, forward passes, timings and the trace hash as JSON. Bad input
+gives one line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpu_worker.backends import LoadedModel
+from gpu_worker.canvas import parse_canvas
+from gpu_worker.config import SamplerConfig, config_from_overrides
+from gpu_worker.sampler import StepInfo, denoise
+from gpu_worker.validation import validate
+
+DEFAULT_MODEL_DIR = Path("models/stencil-denoiser")
+MODEL_DIR_ENV = "STENCIL_MODEL_DIR"
+TRACE_GENESIS = hashlib.sha256(b"stencil-trace/1").hexdigest()
+EXIT_BAD_INPUT = 2
+EXIT_FAILURE = 1
+
+
+@dataclass
+class InfillOutcome:
+    """What one route produced for one request (diffusion here; the AR route fills the same)."""
+
+    holes: dict[str, str]  # request hole name -> filled text
+    document: str  # locked text and hole texts, in order
+    forward_passes: int  # model forward passes spent
+    steps: int  # sampler steps (diffusion: one forward pass each)
+    timings: dict[str, float]  # seconds: encode, denoise, validate, total
+    trace: list[dict[str, Any]]  # per-step entries, see trace_entry(); timings end in _ms
+    trace_sha256: str  # head of the hash chain over the entries' non-timing content
+    config: dict[str, Any]  # the SamplerConfig (or route config) as a dict
+    config_sha256: str  # sha256 of the config's canonical JSON
+    seed: int  # the request's seed (the torch.Generator's)
+    route: str  # "diffusion" | "ar"
+    cancelled: bool  # should_stop() ended the run early; holes may be partial
+    violations: list[dict[str, str]]  # validation: {"name", "hole", "message"}; [] = valid
+    model: dict[str, Any] = field(default_factory=dict)  # name, kind, hashes, placeholder
+    device: str = "cpu"  # the torch device that ran the model
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return dataclasses.asdict(self)
+
+
+# -- the trace ---------------------------------------------------------------------------------
+def trace_entry(info: StepInfo) -> dict[str, Any]:
+    """One step as hashed data: counts, sha256 of positions, confidence summary, timings."""
+    return {
+        "step": info.step,
+        "block": info.block,
+        "committed": len(info.committed),
+        "committed_sha256": _json_sha256(info.committed),
+        "padded": len(info.padded),
+        "remasked": len(info.remasked),
+        "remasked_sha256": _json_sha256(info.remasked),
+        "confidence": {k: round(v, 6) for k, v in info.confidence.items()},
+        "canvas_sha256": info.canvas_sha256,
+        "masked_left": info.masked_left,
+        "flush": info.flush,
+        "forward_ms": round(info.forward_ms, 3),
+        "step_ms": round(info.step_ms, 3),
+    }
+
+
+def trace_chain(entries: Sequence[dict[str, Any]]) -> str:
+    """sha256 chain over the entries without their timings: equal runs give equal heads."""
+    head = TRACE_GENESIS
+    for entry in entries:
+        content = {k: v for k, v in entry.items() if not k.endswith("_ms")}
+        head = hashlib.sha256((head + _canonical(content)).encode()).hexdigest()
+    return head
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _json_sha256(value: Any) -> str:
+    return hashlib.sha256(_canonical(value).encode()).hexdigest()
+
+
+# -- the entry point ---------------------------------------------------------------------------
+def infill_request(
+    loaded: LoadedModel,
+    request: dict[str, Any],
+    *,
+    config: SamplerConfig | None = None,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    device: str | torch.device | None = None,
+) -> InfillOutcome:
+    """Fill ``request`` (Canvas JSON) with ``loaded``'s denoiser.
+
+    ``config`` (e.g. a job's frozen config) is used as is; without it the request's
+    ``sampler`` object gives the overrides of a preset (``"preset"`` key, default
+    "balanced"). ``on_step`` receives each trace entry (a dict, see :func:`trace_entry`);
+    ``should_stop`` is asked once per step. ``device`` moves the network there first.
+    Raises ``ValueError`` for a bad request; validation failures are in ``violations``.
+    """
+    started = time.perf_counter()
+    network = loaded.network
+    if loaded.kind == "ar_fim":
+        raise ValueError(f"model {loaded.name!r} is an AR-FIM model: use the AR route")
+    if device is not None:
+        network.to(torch.device(device))
+    run_device = next(network.parameters()).device
+    canvas = parse_canvas(
+        request, loaded.tokenizer, max_len=int(network.max_len), vocab_size=_vocab_size(loaded)
+    )
+    cfg = config if config is not None else _config_from_request(canvas.sampler)
+    encoded = time.perf_counter()
+
+    entries: list[dict[str, Any]] = []
+
+    def record(info: StepInfo) -> None:
+        entry = trace_entry(info)
+        entries.append(entry)
+        if on_step is not None:
+            on_step(entry)
+
+    generator = torch.Generator(device=run_device).manual_seed(canvas.seed)
+    result = denoise(network, canvas, cfg, generator, on_step=record, should_stop=should_stop)
+    denoised = time.perf_counter()
+    violations = validate(canvas, result.ids, loaded.tokenizer)
+    finished = time.perf_counter()
+    return InfillOutcome(
+        holes=result.hole_texts,
+        document=result.document,
+        forward_passes=result.forward_passes,
+        steps=result.steps,
+        timings={
+            "encode": encoded - started,
+            "denoise": denoised - encoded,
+            "validate": finished - denoised,
+            "total": finished - started,
+        },
+        trace=entries,
+        trace_sha256=trace_chain(entries),
+        config=cfg.to_dict(),
+        config_sha256=cfg.sha256,
+        seed=canvas.seed,
+        route="diffusion",
+        cancelled=result.cancelled,
+        violations=[v.to_dict() for v in violations],
+        model={
+            "name": loaded.name,
+            "kind": loaded.kind,
+            "weights_sha256": loaded.weights_sha256,
+            "tokenizer_sha256": loaded.tokenizer_sha256,
+            "placeholder": loaded.placeholder,
+        },
+        device=str(run_device),
+    )
+
+
+def _vocab_size(loaded: LoadedModel) -> int:
+    model_config = getattr(loaded.network, "config", None)
+    size = getattr(model_config, "vocab_size", None)
+    return int(size) if size is not None else loaded.tokenizer.vocab_size
+
+
+def _config_from_request(sampler: dict[str, Any]) -> SamplerConfig:
+    overrides = dict(sampler)
+    preset = overrides.pop("preset", None)
+    if preset is not None and not isinstance(preset, str):
+        raise ValueError(f"sampler.preset={preset!r} must be a string")
+    return config_from_overrides(preset, overrides)
+
+
+# -- the CLI -----------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpu_worker.infill",
+        description="Fill the holes of a Canvas JSON file with the Stencil denoiser.",
+    )
+    parser.add_argument("file", help="Canvas JSON file ('-' reads stdin)")
+    parser.add_argument(
+        "--model",
+        default=os.environ.get(MODEL_DIR_ENV, str(DEFAULT_MODEL_DIR)),
+        help=f"model directory (default: ${MODEL_DIR_ENV} or {DEFAULT_MODEL_DIR})",
+    )
+    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    parser.add_argument("--trace", action="store_true", help="also print the per-step trace")
+    return parser
+
+
+def _read_request(path: str) -> dict[str, Any]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object (Canvas JSON), got {type(data).__name__}")
+    return data
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        request = _read_request(args.file)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        from gpu_worker.backends import load_backend
+
+        loaded = load_backend(Path(args.model), device=args.device)
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        print(f"error: cannot load model {args.model}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    try:
+        outcome = infill_request(loaded, request)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # the CLI promises one line, never a traceback
+        print(f"error: infill failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    report: dict[str, Any] = {
+        "holes": outcome.holes,
+        "document": outcome.document,
+        "forward_passes": outcome.forward_passes,
+        "steps": outcome.steps,
+        "timings": outcome.timings,
+        "trace_sha256": outcome.trace_sha256,
+        "config_sha256": outcome.config_sha256,
+        "seed": outcome.seed,
+        "violations": outcome.violations,
+        "model": outcome.model,
+    }
+    if args.trace:
+        report["trace"] = outcome.trace
+    print(json.dumps(report, indent=2, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["InfillOutcome", "infill_request", "main", "trace_chain", "trace_entry"]

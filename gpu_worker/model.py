@@ -1,0 +1,331 @@
+"""The Stencil transformer: one readable model file for the denoiser and the AR-FIM baseline.
+
+Both models share this architecture (RoPE, RMSNorm, SwiGLU, pre-norm residual blocks); the
+denoiser attends bidirectionally, the AR-FIM baseline causally. The config is saved beside the
+weights (``config.json``) so a checkpoint describes itself.
+
+Shapes: B batch, L sequence length, W window length, H heads, D head dim, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ModelKind = Literal["denoiser", "ar_fim"]
+CONFIG_FORMAT = "stencil-transformer/1"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture and special-token ids of a Stencil model; saved as ``config.json``."""
+
+    kind: ModelKind  # "denoiser" (bidirectional, masked diffusion) or "ar_fim" (causal)
+    vocab_size: int
+    pad_id: int  # pads a hole's unused tail and a batch's short rows
+    eos_id: int  # ends a document (and, for AR-FIM, a middle)
+    mask_id: int  # the absorbing state of masked diffusion
+    fim_prefix_id: int  # AR-FIM sentinels (PSM order: <pre> prefix <suf> suffix <mid> middle)
+    fim_suffix_id: int
+    fim_middle_id: int
+    d_model: int = 256
+    n_layers: int = 6
+    n_heads: int = 4
+    ffn_hidden: int = 688  # SwiGLU hidden width (~8/3 d_model, rounded to a multiple of 16)
+    max_len: int = 512  # longest sequence the RoPE tables and training cover
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    extra: dict[str, Any] = field(default_factory=dict)  # free-form provenance (corpus, seed)
+
+    @property
+    def causal(self) -> bool:
+        return self.kind == "ar_fim"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": CONFIG_FORMAT, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ModelConfig:
+        data = dict(data)
+        fmt = data.pop("format", CONFIG_FORMAT)
+        if fmt != CONFIG_FORMAT:
+            raise ValueError(f"config format {fmt!r} is not {CONFIG_FORMAT!r}")
+        return cls(**data)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (x32 * self.weight.float()).to(dtype)
+
+
+def rope_tables(max_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos / sin tables [max_len, head_dim // 2] for rotary position embeddings."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x [B, H, W, D] by the tables for its positions, cos / sin [W, D/2]."""
+    x1, x2 = x[..., 0::2].float(), x[..., 1::2].float()
+    rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    return rotated.flatten(-2).to(x.dtype)
+
+
+@dataclass
+class KVCache:
+    """Per-layer keys and values [B, H, Lc, D] of a sequence's positions.
+
+    The denoiser's dual cache holds every position of the canvas, computed once per block; a
+    window forward then recomputes only the active block and reads the rest from here. The AR
+    model appends to it one token at a time.
+    """
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+    @property
+    def length(self) -> int:
+        return int(self.keys[0].shape[2]) if self.keys else 0
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.head_dim = cfg.d_model // cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [B, W, C]
+        cos: torch.Tensor,  # [W, D/2]
+        sin: torch.Tensor,
+        attn_mask: torch.Tensor | None,  # [B, 1, W, Lk] bool, True = may attend
+        past: tuple[torch.Tensor, torch.Tensor] | None,  # cached [B, H, Lc, D] each
+        start: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        b, w, c = x.shape
+        q, k, v = self.qkv(x).view(b, w, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # [B, H, W, D]
+        if past is not None:
+            k = _splice(past[0], k, start)
+            v = _splice(past[1], v, start)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # [B, H, W, D]
+        return self.out(y.transpose(1, 2).reshape(b, w, c)), k, v
+
+
+def _splice(cached: torch.Tensor, fresh: torch.Tensor, start: int) -> torch.Tensor:
+    """Cached [B,H,Lc,D] with positions start..start+W replaced (or appended) by fresh."""
+    end = start + fresh.shape[2]
+    parts = [cached[:, :, :start], fresh]
+    if end < cached.shape[2]:
+        parts.append(cached[:, :, end:])
+    return torch.cat(parts, dim=2)
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate_up = nn.Linear(cfg.d_model, 2 * cfg.ffn_hidden, bias=False)
+        self.down = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.ffn = SwiGLU(cfg)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+        past: tuple[torch.Tensor, torch.Tensor] | None,
+        start: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h, k, v = self.attn(self.attn_norm(x), cos, sin, attn_mask, past, start)
+        x = x + h
+        return x + self.ffn(self.ffn_norm(x)), k, v
+
+
+class StencilTransformer(nn.Module):
+    """``logits = model(ids, attention_mask)``: the model-backend protocol of ARCHITECTURE.md."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        if cfg.d_model % cfg.n_heads:
+            raise ValueError(f"d_model={cfg.d_model} is not divisible by n_heads={cfg.n_heads}")
+        self.config = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        cos, sin = rope_tables(cfg.max_len, cfg.d_model // cfg.n_heads, cfg.rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, std=0.02)
+
+    # -- the backend protocol -------------------------------------------------------------
+    @property
+    def mask_id(self) -> int:
+        return self.config.mask_id
+
+    @property
+    def pad_id(self) -> int:
+        return self.config.pad_id
+
+    @property
+    def eos_id(self) -> int:
+        return self.config.eos_id
+
+    @property
+    def max_len(self) -> int:
+        return self.config.max_len
+
+    def forward(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Logits [B, L, V] for ids [B, L]; attention_mask [B, L] bool, True = real token."""
+        logits, _ = self.forward_window(ids, attention_mask=attention_mask)
+        return logits
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    # -- cached forwards --------------------------------------------------------------------
+    def forward_window(
+        self,
+        ids: torch.Tensor,  # [B, W]
+        *,
+        start: int = 0,
+        cache: KVCache | None = None,
+        attention_mask: torch.Tensor | None = None,  # [B, Lk] over all key positions
+        write_cache: bool = False,
+    ) -> tuple[torch.Tensor, KVCache | None]:
+        """Logits [B, W, V] for the window of positions start..start+W.
+
+        With ``cache``, keys and values outside the window come from the cache (the window's
+        own are recomputed); without it the window is the whole sequence. With
+        ``write_cache`` the returned cache holds the spliced keys and values of every layer.
+        """
+        b, w = ids.shape
+        total = max(start + w, cache.length if cache is not None else 0)
+        if total > self.config.max_len:
+            raise ValueError(
+                f"sequence length {total} exceeds the model's max_len={self.config.max_len}"
+            )
+        if cache is None and start != 0:
+            raise ValueError(f"start={start} needs a cache")
+        cos = self.rope_cos[start : start + w]
+        sin = self.rope_sin[start : start + w]
+        attn_mask = self._attention_mask(b, w, total, start, attention_mask, ids.device)
+        x = self.embed(ids)
+        keys: list[torch.Tensor] = []
+        values: list[torch.Tensor] = []
+        for i, block in enumerate(self.blocks):
+            past = (cache.keys[i], cache.values[i]) if cache is not None else None
+            x, k, v = block(x, cos, sin, attn_mask, past, start)
+            if write_cache:
+                keys.append(k)
+                values.append(v)
+        logits = self.head(self.norm(x))
+        return logits, (KVCache(keys, values) if write_cache else None)
+
+    def _attention_mask(
+        self,
+        b: int,
+        w: int,
+        total: int,
+        start: int,
+        attention_mask: torch.Tensor | None,
+        device: torch.device,
+    ) -> torch.Tensor | None:
+        """Bool [B, 1, W, total]: True where a query may attend to a key."""
+        allowed: torch.Tensor | None = None
+        if self.config.causal:
+            q_pos = torch.arange(start, start + w, device=device)[:, None]
+            k_pos = torch.arange(total, device=device)[None, :]
+            allowed = (k_pos <= q_pos)[None, None]  # [1, 1, W, total]
+        if attention_mask is not None:
+            if attention_mask.shape != (b, total):
+                raise ValueError(
+                    f"attention_mask has shape {tuple(attention_mask.shape)}, expected {(b, total)}"
+                )
+            keys_ok = attention_mask.bool()[:, None, None, :]  # [B, 1, 1, total]
+            allowed = keys_ok if allowed is None else allowed & keys_ok
+            # A padded query row with no allowed key would give NaN: let it see itself.
+            eye = torch.zeros(w, total, dtype=torch.bool, device=device)
+            eye[torch.arange(w), torch.arange(start, start + w)] = True
+            allowed = allowed | eye[None, None]
+        return allowed
+
+
+def save_model(model: StencilTransformer, directory: Path, *, dtype: torch.dtype) -> Path:
+    """Write ``model.safetensors`` (in ``dtype``) and ``config.json`` into ``directory``."""
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
+    weights = directory / "model.safetensors"
+    save_file(state, str(weights))
+    (directory / "config.json").write_text(
+        json.dumps(model.config.to_json(), indent=2, sort_keys=True) + "\n"
+    )
+    return weights
+
+
+def load_model(directory: Path, *, device: str | torch.device = "cpu") -> StencilTransformer:
+    """Load a Stencil model directory written by :func:`save_model` (weights as float32)."""
+    from safetensors.torch import load_file
+
+    cfg = ModelConfig.from_json(json.loads((directory / "config.json").read_text()))
+    model = StencilTransformer(cfg)
+    state = {k: v.float() for k, v in load_file(str(directory / "model.safetensors")).items()}
+    model.load_state_dict(state)
+    return model.to(device).eval()
+
+
+def count_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
+    """Approximate training FLOPs per token (6N plus attention), for the model card."""
+    n_params = cfg.n_layers * (4 * cfg.d_model**2 + 3 * cfg.d_model * cfg.ffn_hidden)
+    attention = cfg.n_layers * 2 * seq_len * cfg.d_model
+    return 6 * n_params + 6 * attention + 6 * cfg.d_model * cfg.vocab_size
+
+
+__all__ = [
+    "KVCache",
+    "ModelConfig",
+    "StencilTransformer",
+    "count_flops_per_token",
+    "load_model",
+    "save_model",
+]

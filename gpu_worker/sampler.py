@@ -1,0 +1,678 @@
+"""The block-diffusion sampler: fill a canvas's holes by iterative denoising.
+
+The loop, per canvas (several canvases advance in lockstep in one batch):
+
+1. Plan blocks: the hole positions, in canvas order, cut into blocks of ``block_length``
+   (a ``choices`` hole is never cut). Blocks are decoded left to right; attention stays
+   bidirectional over the whole canvas, so a block sees the locked text on its right.
+2. Each step: one forward pass (full, or with the dual cache only the active block's window),
+   then :func:`_commit_step` picks which masked positions of the active block to commit under
+   the commit rule, optionally re-masks a few unsure ones, and enforces the protect mask.
+3. A block ends when nothing in it is masked; the request ends when no block is left, when
+   ``should_stop()`` says so (cancelled: nothing is committed after), or when the step budget
+   is down to one pass, which commits everything left (a flush).
+
+All randomness comes from the one ``torch.Generator`` per canvas; at temperature 0 nothing is
+drawn from it. Shapes: B batch, L canvas length, W window, V vocabulary, n positions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from gpu_worker.canvas import Canvas, Hole
+from gpu_worker.config import SamplerConfig
+from gpu_worker.constraints import CharAutomaton, ChoiceConstraint, PatternConstraint
+
+MAX_REMASKS_PER_POSITION = 1  # bounds re-masking, so every block finishes
+
+
+# -- what the sampler reports ------------------------------------------------------------------
+@dataclass
+class StepInfo:
+    """One step of one canvas: what ``on_step`` receives and the trace keeps."""
+
+    step: int  # 0-based step (= forward pass) index within the request
+    block: int  # index of the active block
+    committed: list[int]  # canvas positions the model committed this step, ascending
+    padded: list[int]  # hole positions set to pad because an EOS / pad ended their hole
+    remasked: list[int]  # positions re-masked this step, ascending
+    confidence: dict[str, float]  # min / mean / max probability of the step's decisions, n
+    canvas_sha256: str  # sha256 of the canvas ids (int64 bytes) after the step
+    masked_left: int  # masked positions left in the whole canvas after the step
+    flush: bool  # True for the last pass of an exhausted step budget (commits everything)
+    forward_ms: float  # wall time of the (batched) forward pass
+    step_ms: float  # wall time of the whole step, forward included
+
+
+@dataclass
+class DenoiseResult:
+    """The outcome of denoising one canvas."""
+
+    ids: torch.Tensor  # [L] long on CPU: final ids; a hole's tail from its first EOS/pad is pad
+    hole_texts: dict[str, str]  # request hole name -> its text (forced prefix stripped)
+    document: str  # locked text and hole texts, in order
+    steps: int  # steps taken (each one forward pass)
+    forward_passes: int  # forward passes this canvas took part in
+    trace: list[StepInfo]  # one entry per step, in order
+    cancelled: bool  # should_stop() returned True; masks may remain
+    blocks: int  # number of blocks planned
+
+
+@dataclass
+class _Decision:
+    """Per eligible position: the token proposed and how sure the model is."""
+
+    positions: torch.Tensor  # [n] long canvas positions
+    tokens: torch.Tensor  # [n] long proposed tokens
+    prob: torch.Tensor  # [n] float model probability of the proposed token
+    score: torch.Tensor  # [n] float the commit rule's score (higher = surer)
+
+
+@dataclass
+class _Row:
+    """The mutable state of one canvas in the batch."""
+
+    canvas: Canvas
+    generator: torch.Generator
+    x: torch.Tensor  # [L] long view into the batch ids
+    hole_of: torch.Tensor  # [L] long hole index per position, -1 = locked
+    blocks: list[torch.Tensor]  # [n_b] long positions of each block
+    confidence: torch.Tensor  # [L] float probability at commit time (nan = never)
+    remasks: torch.Tensor  # [L] long times each position was re-masked
+    pattern_state: dict[int, int] = field(default_factory=dict)  # hole -> automaton state
+    block: int = 0
+    block_steps: int = 0
+    steps: int = 0
+    forward_passes: int = 0
+    needs_refresh: bool = True
+    done: bool = False
+    cancelled: bool = False
+    trace: list[StepInfo] = field(default_factory=list)
+
+
+# -- public entry points -----------------------------------------------------------------------
+def denoise(
+    model: torch.nn.Module,
+    canvas: Canvas,
+    config: SamplerConfig,
+    generator: torch.Generator,
+    on_step: Callable[[StepInfo], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> DenoiseResult:
+    """Fill ``canvas``'s holes. A pure function of its inputs and ``generator``'s state."""
+    step_hook = (lambda _row, info: on_step(info)) if on_step is not None else None
+    stop_hook = (lambda _row: should_stop()) if should_stop is not None else None
+    return denoise_batch(model, [canvas], config, [generator], step_hook, stop_hook)[0]
+
+
+def denoise_batch(
+    model: torch.nn.Module,
+    canvases: Sequence[Canvas],
+    config: SamplerConfig,
+    generators: Sequence[torch.Generator],
+    on_step: Callable[[int, StepInfo], None] | None = None,
+    should_stop: Callable[[int], bool] | None = None,
+) -> list[DenoiseResult]:
+    """Denoise several canvases (any lengths) in lockstep, one batched forward per step.
+
+    Rows are right-padded with pad and hidden by the attention mask. Without the cache a row's
+    result equals its unbatched result (up to float summation order in padded attention).
+    With the dual cache, a refresh happens when any row starts a block and the window spans
+    every active row's block, so rows can see fresher keys than alone: results may differ
+    from unbatched ones, while every invariant still holds. Hooks get the row index.
+    """
+    _check_inputs(model, canvases, config, generators)
+    device = _model_device(model)
+    length = max(c.length for c in canvases)
+    ids = torch.full((len(canvases), length), int(model.pad_id), dtype=torch.long)
+    attention = torch.zeros((len(canvases), length), dtype=torch.bool)
+    for b, canvas in enumerate(canvases):
+        ids[b, : canvas.length] = canvas.ids
+        attention[b, : canvas.length] = True
+    ids, attention = ids.to(device), attention.to(device)
+    rows = [
+        _new_row(canvas, generators[b], ids[b, : canvas.length], config)
+        for b, canvas in enumerate(canvases)
+    ]
+    cache: object | None = None
+    while True:
+        active = _active_rows(rows, should_stop)
+        if not active:
+            break
+        started = time.perf_counter()
+        full = config.cache == "none" or any(
+            rows[b].needs_refresh or _is_flush(rows[b], config) for b in active
+        )
+        logits, start, cache = _forward(model, ids, attention, config, rows, active, full, cache)
+        forward_ms = (time.perf_counter() - started) * 1000
+        for b in active:
+            info = _row_step(rows[b], logits[b], start, config, full, forward_ms, started)
+            if on_step is not None:
+                on_step(b, info)
+    return [_result(row) for row in rows]
+
+
+# -- input checks and setup --------------------------------------------------------------------
+def _check_inputs(
+    model: torch.nn.Module,
+    canvases: Sequence[Canvas],
+    config: SamplerConfig,
+    generators: Sequence[torch.Generator],
+) -> None:
+    if not isinstance(config, SamplerConfig):
+        raise ValueError(f"config={config!r} must be a SamplerConfig")
+    if not canvases:
+        raise ValueError("canvases must hold at least one Canvas")
+    if len(generators) != len(canvases):
+        raise ValueError(
+            f"generators has {len(generators)} entries for {len(canvases)} canvases: "
+            "give one torch.Generator per canvas"
+        )
+    for g in generators:
+        if not isinstance(g, torch.Generator):
+            raise ValueError(f"generator={g!r} must be a torch.Generator")
+    for canvas in canvases:
+        if canvas.mask_id != model.mask_id:
+            raise ValueError(
+                f"canvas mask id {canvas.mask_id} differs from the model's mask_id "
+                f"{model.mask_id}: the canvas was built with another tokenizer"
+            )
+        if canvas.length > model.max_len:
+            raise ValueError(f"canvas length {canvas.length} exceeds max_len={model.max_len}")
+    if config.cache == "dual" and not hasattr(model, "forward_window"):
+        raise ValueError("cache='dual' needs a model with forward_window(); use cache='none'")
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    for parameter in model.parameters():
+        return parameter.device
+    return torch.device("cpu")
+
+
+def plan_blocks(canvas: Canvas, config: SamplerConfig) -> list[torch.Tensor]:
+    """Hole positions in canvas order, cut into blocks of ``block_length`` positions.
+
+    ``block_scope="hole"`` cuts each hole on its own; a ``choices`` hole is never cut (it is
+    committed whole, so it joins the block where it starts).
+    """
+    blocks: list[list[int]] = []
+    current: list[int] = []
+    for hole in canvas.holes:
+        if config.block_scope == "hole" and current:
+            blocks.append(current)
+            current = []
+        if isinstance(hole.constraint, ChoiceConstraint):
+            current.extend(range(hole.start, hole.end))
+            if len(current) >= config.block_length:
+                blocks.append(current)
+                current = []
+            continue
+        for position in range(hole.start, hole.end):
+            current.append(position)
+            if len(current) == config.block_length:
+                blocks.append(current)
+                current = []
+    if current:
+        blocks.append(current)
+    return [torch.tensor(block, dtype=torch.long) for block in blocks]
+
+
+def _new_row(
+    canvas: Canvas, generator: torch.Generator, x: torch.Tensor, config: SamplerConfig
+) -> _Row:
+    row = _Row(
+        canvas=canvas,
+        generator=generator,
+        x=x,
+        hole_of=canvas.hole_index().to(x.device),
+        blocks=[b.to(x.device) for b in plan_blocks(canvas, config)],
+        confidence=torch.full((canvas.length,), math.nan, device=x.device),
+        remasks=torch.zeros(canvas.length, dtype=torch.long, device=x.device),
+    )
+    for i, hole in enumerate(canvas.holes):
+        if isinstance(hole.constraint, PatternConstraint):
+            row.pattern_state[i] = hole.constraint.start
+    _skip_finished_blocks(row)
+    return row
+
+
+def _active_rows(rows: list[_Row], should_stop: Callable[[int], bool] | None) -> list[int]:
+    """Rows still to step; ``should_stop`` is asked once per row and step."""
+    active = []
+    for b, row in enumerate(rows):
+        if row.done:
+            continue
+        if should_stop is not None and should_stop(b):
+            row.cancelled = row.done = True
+            continue
+        active.append(b)
+    return active
+
+
+def _is_flush(row: _Row, config: SamplerConfig) -> bool:
+    return row.steps >= config.max_steps - 1
+
+
+# -- the forward pass --------------------------------------------------------------------------
+def _forward(
+    model: torch.nn.Module,
+    ids: torch.Tensor,  # [B, L]
+    attention: torch.Tensor,  # [B, L] bool
+    config: SamplerConfig,
+    rows: list[_Row],
+    active: list[int],
+    full: bool,
+    cache: object | None,
+) -> tuple[torch.Tensor, int, object | None]:
+    """Logits [B, W, V] (float32) of the window starting at ``start``, and the cache."""
+    with _precision(config, ids.device), torch.no_grad():
+        if config.cache == "none":
+            return model(ids, attention_mask=attention).float(), 0, None
+        if full:  # refresh the dual cache: every position's keys and values
+            logits, cache = model.forward_window(ids, attention_mask=attention, write_cache=True)
+            for b in active:
+                rows[b].needs_refresh = False
+            return logits.float(), 0, cache
+        start = min(int(rows[b].blocks[rows[b].block].min()) for b in active)
+        end = max(int(rows[b].blocks[rows[b].block].max()) + 1 for b in active)
+        logits, _ = model.forward_window(
+            ids[:, start:end], start=start, cache=cache, attention_mask=attention
+        )
+        return logits.float(), start, cache
+
+
+def _precision(config: SamplerConfig, device: torch.device) -> contextlib.AbstractContextManager[None]:
+    if config.precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+# -- one step of one row -----------------------------------------------------------------------
+def _row_step(
+    row: _Row,
+    logits: torch.Tensor,  # [W, V] the row's window logits
+    start: int,
+    config: SamplerConfig,
+    full: bool,
+    forward_ms: float,
+    started: float,
+) -> StepInfo:
+    flush = _is_flush(row, config)
+    if flush:
+        committed, padded, probs = _flush(row, logits, start, config)
+        remasked: list[int] = []
+    else:
+        committed, padded, probs = _commit_step(row, logits, start, config)
+        remasked = _remask(row, config, committed) if config.remask != "none" else []
+    locked = row.canvas.ids.to(row.x.device)
+    protect = row.canvas.protect.to(row.x.device)
+    row.x.copy_(torch.where(protect, locked, row.x))  # the protect mask, enforced every step
+    row.steps += 1
+    row.forward_passes += 1
+    row.block_steps += 1
+    _skip_finished_blocks(row)
+    if flush:
+        row.done = True
+    if row.done:
+        _strip_tails(row)
+    info = StepInfo(
+        step=row.steps - 1,
+        block=min(row.block, len(row.blocks) - 1),
+        committed=sorted(committed),
+        padded=sorted(padded),
+        remasked=sorted(remasked),
+        confidence=_summary(probs),
+        canvas_sha256=canvas_sha256(row.x),
+        masked_left=int((row.x == row.canvas.mask_id).sum()),
+        flush=flush,
+        forward_ms=forward_ms,
+        step_ms=(time.perf_counter() - started) * 1000,
+    )
+    row.trace.append(info)
+    return info
+
+
+def _commit_step(
+    row: _Row, logits: torch.Tensor, start: int, config: SamplerConfig
+) -> tuple[list[int], list[int], list[float]]:
+    """Commit positions of the active block; returns (committed, padded, probabilities)."""
+    block = row.blocks[row.block]  # [n_b]
+    committed: list[int] = []
+    padded: list[int] = []
+    probs: list[float] = []
+    for hole_index in _unscored_choices(row, block):
+        positions, prob = _commit_choice(row, hole_index, logits, start, config)
+        committed.extend(positions)
+        probs.append(prob)
+    decision = _propose(row, _eligible(row, block), logits, start, config)
+    if decision is None:
+        return committed, padded, probs
+    chosen = _select(decision, _quota(row, block, config), config)  # [k] indices
+    for i in chosen.tolist():
+        position, token = int(decision.positions[i]), int(decision.tokens[i])
+        padded.extend(_commit_token(row, position, token, float(decision.prob[i]), config))
+        committed.append(position)
+    probs.extend(decision.prob.tolist())
+    return committed, padded, probs
+
+
+def _eligible(row: _Row, block: torch.Tensor) -> torch.Tensor:
+    """[n] masked positions of the block that may be committed now.
+
+    A pattern hole is decoded in order, so only its leftmost masked position is eligible; a
+    choices hole is committed whole elsewhere.
+    """
+    masked = block[row.x[block] == row.canvas.mask_id]
+    keep: list[int] = []
+    seen_pattern: set[int] = set()
+    for position in masked.tolist():
+        hole_index = int(row.hole_of[position])
+        constraint = row.canvas.holes[hole_index].constraint
+        if isinstance(constraint, ChoiceConstraint):
+            continue
+        if isinstance(constraint, PatternConstraint):
+            if hole_index in seen_pattern or _first_masked(row, hole_index) != position:
+                continue
+            seen_pattern.add(hole_index)
+        keep.append(position)
+    return torch.tensor(keep, dtype=torch.long, device=block.device)
+
+
+def _first_masked(row: _Row, hole_index: int) -> int:
+    hole = row.canvas.holes[hole_index]
+    span = row.x[hole.start : hole.end] == row.canvas.mask_id
+    return hole.start + int(span.nonzero()[0]) if bool(span.any()) else -1
+
+
+def _allowed(row: _Row, positions: torch.Tensor) -> torch.Tensor:
+    """[n, V] bool: tokens each position may take."""
+    canvas = row.canvas
+    rows = []
+    for position in positions.tolist():
+        hole_index = int(row.hole_of[position])
+        hole = canvas.holes[hole_index]
+        if isinstance(hole.constraint, PatternConstraint):
+            remaining = hole.end - position
+            rows.append(hole.constraint.allowed(row.pattern_state[hole_index], remaining))
+        else:
+            rows.append(canvas.allowed.get(position, canvas.free_vocab))
+    return torch.stack(rows).to(positions.device)
+
+
+def _propose(
+    row: _Row, positions: torch.Tensor, logits: torch.Tensor, start: int, config: SamplerConfig
+) -> _Decision | None:
+    """Sample (or take the argmax of) a token per position and score the rule's confidence."""
+    if positions.numel() == 0:
+        return None
+    scores = logits[positions - start]  # [n, V]
+    allowed = _allowed(row, positions)
+    if scores.shape[-1] > allowed.shape[-1]:  # a model vocabulary wider than the canvas's
+        pad = allowed.new_zeros((allowed.shape[0], scores.shape[-1] - allowed.shape[-1]))
+        allowed = torch.cat([allowed, pad], dim=-1)
+    if not bool(allowed.any(dim=-1).all()):
+        raise RuntimeError(f"no allowed token at some of positions {positions.tolist()}")
+    scores = scores.masked_fill(~allowed, -math.inf)
+    probs = torch.softmax(scores, dim=-1)  # [n, V] the model's distribution over allowed tokens
+    tokens = _pick_tokens(scores, probs, config, row.generator)  # [n]
+    prob = probs.gather(-1, tokens[:, None]).squeeze(-1)  # [n]
+    if config.commit_rule == "margin":
+        others = probs.scatter(-1, tokens[:, None], 0.0)
+        score = prob - others.max(dim=-1).values
+    elif config.commit_rule == "entropy":
+        entropy = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)
+        score = -entropy
+    else:
+        score = prob
+    return _Decision(positions, tokens, prob, score)
+
+
+def _pick_tokens(
+    scores: torch.Tensor, probs: torch.Tensor, config: SamplerConfig, generator: torch.Generator
+) -> torch.Tensor:
+    """[n] tokens: argmax at temperature 0 (no draw), else a top-p sample from the generator."""
+    if config.temperature == 0:
+        return scores.argmax(dim=-1)
+    tempered = torch.softmax(scores / config.temperature, dim=-1)  # [n, V]
+    if config.top_p < 1.0:
+        sorted_p, order = tempered.sort(dim=-1, descending=True)
+        outside = sorted_p.cumsum(-1) - sorted_p > config.top_p  # keeps at least the top one
+        sorted_p = sorted_p.masked_fill(outside, 0.0)
+        tempered = torch.zeros_like(tempered).scatter(-1, order, sorted_p)
+    draws = torch.multinomial(tempered.to(generator.device), 1, generator=generator)
+    return draws.squeeze(-1).to(scores.device)
+
+
+def _quota(row: _Row, block: torch.Tensor, config: SamplerConfig) -> int:
+    """The even rule's count this step: ceil(masked left / steps left), the LLaDA schedule.
+
+    ceil(n / s) then ceil((n - that) / (s - 1)) ... gives base + 1 on the first n mod s
+    steps and base after. Once the block's steps are spent, everything eligible.
+    """
+    masked = int((row.x[block] == row.canvas.mask_id).sum())
+    steps_left = config.steps_per_block - row.block_steps
+    return masked if steps_left <= 0 else max(1, -(-masked // steps_left))
+
+
+def _select(decision: _Decision, quota: int, config: SamplerConfig) -> torch.Tensor:
+    """[k] indices into the decision of the positions to commit (never empty)."""
+    score = decision.score
+    if config.commit_rule == "even":
+        k = min(quota, score.numel())
+        return torch.topk(score, k).indices
+    if config.commit_rule == "entropy":
+        passing = -score <= config.entropy_threshold
+    else:
+        passing = score >= config.threshold
+    if not bool(passing.any()):
+        return score.argmax().reshape(1)
+    return passing.nonzero().squeeze(-1)
+
+
+def _commit_token(
+    row: _Row, position: int, token: int, prob: float, config: SamplerConfig
+) -> list[int]:
+    """Write one token; returns the positions padded because it ended its hole."""
+    row.x[position] = token
+    row.confidence[position] = prob
+    hole_index = int(row.hole_of[position])
+    hole = row.canvas.holes[hole_index]
+    constraint = hole.constraint
+    if isinstance(constraint, PatternConstraint):
+        state = constraint.advance(row.pattern_state[hole_index], token)
+        if token not in row.canvas.terminators() and state == CharAutomaton.DEAD:
+            raise RuntimeError(f"pattern hole {hole.name!r} took a disallowed token {token}")
+        row.pattern_state[hole_index] = state
+    ends_hole = token in row.canvas.terminators()
+    if ends_hole and (config.stop_on_eos or constraint is not None):
+        return _pad_after(row, hole, position)
+    return []
+
+
+def _pad_after(row: _Row, hole: Hole, position: int) -> list[int]:
+    """Set the masked positions of ``hole`` after ``position`` to pad."""
+    span = torch.arange(position + 1, hole.end, device=row.x.device)
+    span = span[row.x[span] == row.canvas.mask_id]
+    row.x[span] = row.canvas.pad_id
+    return span.tolist()
+
+
+def _unscored_choices(row: _Row, block: torch.Tensor) -> list[int]:
+    """Choices holes starting in this block that are still masked."""
+    out = []
+    for position in block.tolist():
+        hole_index = int(row.hole_of[position])
+        hole = row.canvas.holes[hole_index]
+        if (
+            isinstance(hole.constraint, ChoiceConstraint)
+            and position == hole.start
+            and int(row.x[position]) == row.canvas.mask_id
+        ):
+            out.append(hole_index)
+    return out
+
+
+def _commit_choice(
+    row: _Row, hole_index: int, logits: torch.Tensor, start: int, config: SamplerConfig
+) -> tuple[list[int], float]:
+    """Score every candidate as a whole and commit one; returns (positions, posterior)."""
+    hole = row.canvas.holes[hole_index]
+    assert isinstance(hole.constraint, ChoiceConstraint)
+    log_probs = torch.log_softmax(logits[hole.start - start : hole.end - start], dim=-1)  # [h, V]
+    pad = row.canvas.pad_id
+    candidates = torch.tensor(
+        [list(c) + [pad] * (hole.max_len - len(c)) for c in hole.constraint.candidates],
+        dtype=torch.long,
+        device=log_probs.device,
+    )  # [C, h]: each candidate's tokens, then pad to the hole's end
+    positions = torch.arange(hole.max_len, device=log_probs.device)
+    totals = log_probs[positions[None, :], candidates].sum(-1)  # [C] log-likelihoods
+    posterior = torch.softmax(totals, dim=-1)  # [C]
+    if config.temperature == 0:
+        pick = int(totals.argmax())
+    else:
+        weights = torch.softmax(totals / config.temperature, dim=-1).to(row.generator.device)
+        pick = int(torch.multinomial(weights, 1, generator=row.generator))
+    row.x[hole.start : hole.end] = candidates[pick]
+    row.confidence[hole.start : hole.end] = float(posterior[pick])
+    return list(range(hole.start, hole.end)), float(posterior[pick])
+
+
+def _remask(row: _Row, config: SamplerConfig, just_committed: list[int]) -> list[int]:
+    """Re-mask up to ``remask_budget`` unsure committed tokens of the active block.
+
+    Only free-text hole positions (never locked, never constrained, never EOS / pad, never
+    this step's commits), each at most MAX_REMASKS_PER_POSITION times, least confident first.
+    """
+    if row.block >= len(row.blocks) or config.remask_budget == 0:
+        return []
+    block = row.blocks[row.block]
+    fresh = torch.tensor(just_committed, dtype=torch.long, device=block.device)
+    candidates = block[
+        (row.x[block] != row.canvas.mask_id)
+        & ~torch.isin(row.x[block], torch.tensor(row.canvas.terminators(), device=block.device))
+        & ~torch.isin(block, fresh)
+        & (row.remasks[block] < MAX_REMASKS_PER_POSITION)
+        & (row.confidence[block] < config.remask_below)
+        & ~row.canvas.protect.to(block.device)[block]
+    ]
+    free = [p for p in candidates.tolist() if row.canvas.holes[int(row.hole_of[p])].constraint is None]
+    if not free:
+        return []
+    chosen_t = torch.tensor(free, dtype=torch.long, device=block.device)
+    order = row.confidence[chosen_t].argsort()[: config.remask_budget]
+    chosen = chosen_t[order]
+    row.x[chosen] = row.canvas.mask_id
+    row.confidence[chosen] = math.nan
+    row.remasks[chosen] += 1
+    return chosen.tolist()
+
+
+def _flush(
+    row: _Row, logits: torch.Tensor, start: int, config: SamplerConfig
+) -> tuple[list[int], list[int], list[float]]:
+    """The budget's last pass: commit every masked position of the canvas from one forward.
+
+    Pattern holes are walked left to right with the same logits, so they still match.
+    """
+    committed: list[int] = []
+    padded: list[int] = []
+    probs: list[float] = []
+    for hole_index, hole in enumerate(row.canvas.holes):
+        if int(row.x[hole.start]) == row.canvas.mask_id and isinstance(
+            hole.constraint, ChoiceConstraint
+        ):
+            positions, prob = _commit_choice(row, hole_index, logits, start, config)
+            committed.extend(positions)
+            probs.append(prob)
+            continue
+        while True:  # each pass commits at least one position of this hole
+            span = torch.arange(hole.start, hole.end, device=row.x.device)
+            masked = span[row.x[span] == row.canvas.mask_id]
+            if masked.numel() == 0:
+                break
+            eligible = _eligible(row, masked)
+            decision = _propose(row, eligible, logits, start, config)
+            assert decision is not None
+            for i in range(decision.positions.numel()):
+                position = int(decision.positions[i])
+                if int(row.x[position]) != row.canvas.mask_id:
+                    continue  # padded by an earlier EOS in this loop
+                token = int(decision.tokens[i])
+                padded.extend(_commit_token(row, position, token, float(decision.prob[i]), config))
+                committed.append(position)
+            probs.extend(decision.prob.tolist())
+    return committed, padded, probs
+
+
+# -- bookkeeping -------------------------------------------------------------------------------
+def _skip_finished_blocks(row: _Row) -> None:
+    """Advance past blocks with nothing masked; mark the row done after the last."""
+    while row.block < len(row.blocks):
+        block = row.blocks[row.block]
+        if bool((row.x[block] == row.canvas.mask_id).any()):
+            return
+        row.block += 1
+        row.block_steps = 0
+        row.needs_refresh = True
+    row.done = True
+
+
+def _strip_tails(row: _Row) -> None:
+    """From a hole's first EOS / pad on, every position becomes pad."""
+    for hole in row.canvas.holes:
+        span = row.x[hole.start : hole.end]
+        ends = torch.isin(span, torch.tensor(row.canvas.terminators(), device=span.device))
+        if bool(ends.any()):
+            first = int(ends.nonzero()[0])
+            span[first:] = row.canvas.pad_id
+
+
+def canvas_sha256(ids: torch.Tensor) -> str:
+    """sha256 of ids as little-endian int64 bytes."""
+    return hashlib.sha256(ids.detach().to("cpu", torch.int64).numpy().tobytes()).hexdigest()
+
+
+def _summary(probs: list[float]) -> dict[str, float]:
+    if not probs:
+        return {"n": 0.0, "min": 0.0, "mean": 0.0, "max": 0.0}
+    return {
+        "n": float(len(probs)),
+        "min": min(probs),
+        "mean": sum(probs) / len(probs),
+        "max": max(probs),
+    }
+
+
+def _result(row: _Row) -> DenoiseResult:
+    ids = row.x.detach().cpu().clone()
+    tokenizer = row.canvas.tokenizer
+    texts = row.canvas.hole_texts(ids, tokenizer) if tokenizer is not None else {}
+    document = row.canvas.document(ids, tokenizer) if tokenizer is not None else ""
+    return DenoiseResult(
+        ids=ids,
+        hole_texts=texts,
+        document=document,
+        steps=row.steps,
+        forward_passes=row.forward_passes,
+        trace=row.trace,
+        cancelled=row.cancelled,
+        blocks=len(row.blocks),
+    )
+
+
+def iter_positions(trace: Sequence[StepInfo]) -> Iterator[list[int]]:
+    """The committed positions of each step, in order (for tests and benchmarks)."""
+    for info in trace:
+        yield info.committed
+
+
+__all__ = ["DenoiseResult", "StepInfo", "canvas_sha256", "denoise", "denoise_batch", "plan_blocks"]

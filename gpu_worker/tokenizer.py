@@ -1,0 +1,86 @@
+"""The Stencil tokenizer: byte-level BPE (Hugging Face ``tokenizers``) with our special tokens.
+
+Special tokens are looked up by name from the trained ``tokenizer.json``; no id is a literal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+PAD = "<|pad|>"
+EOS = "<|eos|>"
+MASK = "<|mask|>"
+FIM_PREFIX = "<|fim_prefix|>"
+FIM_SUFFIX = "<|fim_suffix|>"
+FIM_MIDDLE = "<|fim_middle|>"
+UNK = "<|unk|>"
+SPECIAL_TOKENS = [PAD, EOS, MASK, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE, UNK]
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    pad: int
+    eos: int
+    mask: int
+    fim_prefix: int
+    fim_suffix: int
+    fim_middle: int
+
+
+class StencilTokenizer:
+    """Thin wrapper: encode / decode without special-token handling surprises."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tok = tokenizer
+        ids = {name: tokenizer.token_to_id(name) for name in SPECIAL_TOKENS}
+        missing = [name for name, i in ids.items() if i is None and name != UNK]
+        if missing:
+            raise ValueError(f"tokenizer lacks special tokens {missing}")
+        self.special = SpecialIds(
+            pad=ids[PAD], eos=ids[EOS], mask=ids[MASK], fim_prefix=ids[FIM_PREFIX],
+            fim_suffix=ids[FIM_SUFFIX], fim_middle=ids[FIM_MIDDLE],
+        )  # fmt: skip
+        self._special_set = {i for i in ids.values() if i is not None}
+
+    @classmethod
+    def from_file(cls, path: Path) -> StencilTokenizer:
+        return cls(Tokenizer.from_file(str(path)))
+
+    @classmethod
+    def train(cls, texts: Iterable[str], *, vocab_size: int) -> StencilTokenizer:
+        tok = Tokenizer(models.BPE(unk_token=None))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=SPECIAL_TOKENS,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        tok.train_from_iterator(texts, trainer=trainer)
+        return cls(tok)
+
+    def save(self, path: Path) -> None:
+        self.tok.save(str(path))
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.tok.get_vocab_size())
+
+    def is_special(self, token_id: int) -> bool:
+        return token_id in self._special_set
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ids with special tokens dropped."""
+        return str(self.tok.decode([i for i in ids if i not in self._special_set]))
+
+    def token_text(self, token_id: int) -> str:
+        """The decoded text of one token ('' for a special token)."""
+        return self.decode([token_id])

@@ -1,0 +1,603 @@
+"""Train the Stencil tokenizer, the masked-diffusion denoiser and the AR-FIM baseline.
+
+One command per artifact, reproducible from ``--seed``::
+
+    python -m gpu_worker.train --kind tokenizer
+    python -m gpu_worker.train --kind denoiser --out models/stencil-denoiser --seed 0 --minutes 40
+    python -m gpu_worker.train --kind ar_fim --out models/stencil-ar-fim --seed 0 --minutes 35
+
+Data: documents from :mod:`gpu_worker.corpus` (train split), generated on the fly; step ``s``
+row ``i`` always reads document ``s * batch + i`` and draws its corruption from a generator
+seeded by ``(seed, s, i)``, so a run is a pure function of its seed and its step count and a
+resumed run continues exactly where it stopped.
+
+The denoiser's examples mix two corruptions:
+- *uniform*: mask ratio t ~ U(0, 1) over the whole document (the masked-diffusion ELBO);
+- *holes*: cut hole-shaped spans (one mention of a repeated entity while another stays
+  visible, field values, sentences), give each hole a budget of extra positions whose target is
+  pad (a hole may be filled with fewer tokens than its budget), then mask each hole position
+  with ratio t ~ U(0, 1): the conditional ELBO of infilling, as the sampler uses it.
+Loss: cross-entropy on masked positions weighted by 1/t, normalised by the corrupted length.
+
+The AR-FIM baseline reads the same documents and the same hole-shaped spans as middles in PSM
+order (``<pre> prefix <suf> suffix <mid> middle <eos>``); the suffix is sometimes cut short,
+as it is when a later hole stops the AR route's view of the right context.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from gpu_worker.backends import file_sha256
+from gpu_worker.corpus import Document, Span, document_at, document_pieces, tokenize_with_holes
+from gpu_worker.model import ModelConfig, ModelKind, StencilTransformer, count_flops_per_token
+from gpu_worker.model import save_model as save_model_dir
+from gpu_worker.tokenizer import StencilTokenizer
+
+DEFAULT_TOKENIZER = Path("var/tokenizer/tokenizer.json")
+TOKENIZER_DOCS = 24_000  # train documents the BPE merges are learned from
+VOCAB_SIZE = 4096
+COPY_KINDS = ("entity", "date", "number", "json_value")  # spans whose text may repeat
+Encoder = Callable[[str], list[int]]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that decides a training run (saved in the checkpoint and the model card)."""
+
+    kind: ModelKind
+    seed: int = 0
+    batch_size: int = 16
+    max_len: int = 320  # longest training row; longer rows are cut
+    lr: float = 1.5e-3
+    min_lr_ratio: float = 0.1  # cosine decay ends at lr * this
+    warmup_steps: int = 150
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    hole_fraction: float = 0.7  # denoiser: share of rows corrupted with holes (else uniform)
+    copy_hole_prob: float = 0.75  # a hole row's first hole is a repeated mention's occurrence
+    max_extra_holes: int = 2  # further holes per hole row
+    max_pad_budget: int = 12  # extra positions (target pad) after a hole's content
+    min_t: float = 1e-3  # t ~ U(min_t, 1): 1/t stays finite
+    fim_rate: float = 0.9  # AR-FIM: share of rows in PSM order
+    suffix_cut_prob: float = 0.5  # AR-FIM: share of FIM rows whose suffix is cut short
+    d_model: int = 192
+    n_layers: int = 8
+    n_heads: int = 6
+    ffn_hidden: int = 512
+    eval_every: int = 200
+    checkpoint_every: int = 100
+
+
+# -- corruption -------------------------------------------------------------------------------
+
+
+@dataclass
+class Example:
+    """One training row: inputs, targets and per-position loss weights (all length L)."""
+
+    inputs: list[int]
+    targets: list[int]
+    weights: list[float]  # 0 where no loss; 1 / (t * corrupted length) on masked positions
+    kind: str  # "uniform" | "holes" | "fim" | "plain"
+
+
+def repeated_spans(doc: Document) -> list[int]:
+    """Indices of spans whose exact text also occurs at another span of the document."""
+    by_text: dict[str, list[int]] = {}
+    for i, span in enumerate(doc.spans):
+        if span.kind in COPY_KINDS and span.end > span.start:
+            by_text.setdefault(doc.span_text(span), []).append(i)
+    return [i for idxs in by_text.values() if len(idxs) > 1 for i in idxs]
+
+
+def pick_holes(doc: Document, rng: random.Random, cfg: TrainConfig) -> list[Span]:
+    """Non-overlapping spans to cut as holes; with ``copy_hole_prob`` the first is one
+    mention of a repeated text, and no other mention of that text is cut."""
+    repeated = repeated_spans(doc)
+    chosen: list[Span] = []
+    if repeated and rng.random() < cfg.copy_hole_prob:
+        chosen.append(doc.spans[rng.choice(repeated)])
+    want = len(chosen) + rng.randint(0 if chosen else 1, cfg.max_extra_holes)
+    order = list(range(len(doc.spans)))
+    rng.shuffle(order)
+    kept_visible = {doc.span_text(span) for span in chosen}
+    for i in order:
+        if len(chosen) >= want:
+            break
+        span = doc.spans[i]
+        overlaps = any(span.start <= c.end and c.start <= span.end for c in chosen)
+        inside = any(c.start <= span.start and span.end <= c.end for c in chosen)
+        text = doc.span_text(span)
+        # A hole may not cover a mention of a text whose other mention is already a hole.
+        hides_copy = any(t in text for t in kept_visible)
+        if span.end > span.start and not overlaps and not inside and not hides_copy:
+            chosen.append(span)
+    return chosen
+
+
+def denoiser_example(
+    doc: Document, encode: Encoder, rng: random.Random, cfg: TrainConfig, mc: ModelConfig
+) -> Example:
+    t = rng.uniform(cfg.min_t, 1.0)
+    if rng.random() >= cfg.hole_fraction:
+        ids = encode(doc.text)[: cfg.max_len]
+        masked = [rng.random() < t for _ in ids]
+        if not any(masked):
+            masked[rng.randrange(len(ids))] = True
+        w = 1.0 / (t * len(ids))
+        inputs = [mc.mask_id if m else x for x, m in zip(ids, masked, strict=True)]
+        weights = [w if m else 0.0 for m in masked]
+        return Example(inputs, ids, weights, "uniform")
+    holes = pick_holes(doc, rng, cfg)
+    ids, ranges = tokenize_with_holes(doc, holes, encode)
+    targets: list[int] = []
+    in_hole: list[bool] = []
+    cursor = 0
+    for a, b in sorted(ranges):
+        targets += ids[cursor:a]
+        in_hole += [False] * (a - cursor)
+        # The hole's budget: its content, then positions whose target is pad.
+        content = ids[a:b] + [mc.pad_id] * rng.randint(0, cfg.max_pad_budget)
+        targets += content
+        in_hole += [True] * len(content)
+        cursor = b
+    targets += ids[cursor:]
+    in_hole += [False] * (len(ids) - cursor)
+    targets, in_hole = targets[: cfg.max_len], in_hole[: cfg.max_len]
+    positions = [p for p, h in enumerate(in_hole) if h] or [rng.randrange(len(targets))]
+    masked = {p for p in positions if rng.random() < t} or {rng.choice(positions)}
+    w = 1.0 / (t * len(positions))
+    weights = [w if p in masked else 0.0 for p in range(len(targets))]
+    inputs = [mc.mask_id if p in masked else x for p, x in enumerate(targets)]
+    return Example(inputs, targets, weights, "holes")
+
+
+def fim_example(
+    doc: Document, encode: Encoder, rng: random.Random, cfg: TrainConfig, mc: ModelConfig
+) -> Example:
+    if rng.random() >= cfg.fim_rate:
+        seq = (encode(doc.text) + [mc.eos_id])[: cfg.max_len + 1]
+        return _next_token_example(seq, "plain")
+    holes = pick_holes(doc, rng, cfg)[:1]
+    ids, ranges = tokenize_with_holes(doc, holes, encode)
+    a, b = ranges[0]
+    suffix = ids[b:]
+    if suffix and rng.random() < cfg.suffix_cut_prob:
+        suffix = suffix[: rng.randrange(len(suffix) + 1)]
+    seq = (
+        [mc.fim_prefix_id] + ids[:a] + [mc.fim_suffix_id] + suffix + [mc.fim_middle_id]
+        + ids[a:b] + [mc.eos_id]
+    )  # fmt: skip
+    if len(seq) > cfg.max_len + 1:  # keep the middle: cut the prefix's far end
+        seq = seq[len(seq) - cfg.max_len - 1 :]
+    return _next_token_example(seq, "fim")
+
+
+def _next_token_example(seq: list[int], kind: str) -> Example:
+    n = len(seq) - 1
+    return Example(seq[:-1], seq[1:], [1.0 / n] * n, kind)
+
+
+@dataclass
+class Batch:
+    inputs: torch.Tensor  # [B, L] long
+    targets: torch.Tensor  # [B, L] long
+    weights: torch.Tensor  # [B, L] float
+    attention: torch.Tensor  # [B, L] bool, True = real position
+    tokens: int  # real positions in the batch
+
+
+def collate(examples: list[Example], pad_id: int) -> Batch:
+    length = max(len(e.inputs) for e in examples)
+    b = len(examples)
+    inputs = torch.full((b, length), pad_id, dtype=torch.long)
+    targets = torch.full((b, length), pad_id, dtype=torch.long)
+    weights = torch.zeros((b, length))
+    attention = torch.zeros((b, length), dtype=torch.bool)
+    for r, e in enumerate(examples):
+        n = len(e.inputs)
+        inputs[r, :n] = torch.tensor(e.inputs)
+        targets[r, :n] = torch.tensor(e.targets)
+        weights[r, :n] = torch.tensor(e.weights)
+        attention[r, :n] = True
+    return Batch(inputs, targets, weights, attention, int(attention.sum()))
+
+
+def make_batch(
+    step: int, cfg: TrainConfig, mc: ModelConfig, tok: StencilTokenizer, *, split: str = "train"
+) -> Batch:
+    """The batch of ``step``: a pure function of (seed, step, config)."""
+    examples = []
+    for row in range(cfg.batch_size):
+        doc = document_at(split, step * cfg.batch_size + row)  # type: ignore[arg-type]
+        rng = random.Random(f"{cfg.seed}:{split}:{step}:{row}")
+        make = denoiser_example if cfg.kind == "denoiser" else fim_example
+        examples.append(make(doc, tok.encode, rng, cfg, mc))
+    return collate(examples, mc.pad_id)
+
+
+def batch_loss(model: StencilTransformer, batch: Batch, *, bf16: bool) -> torch.Tensor:
+    """Mean over rows of the weighted cross-entropy (scalar)."""
+    # Padding is only ever at a row's end, so a causal model needs no key mask and a
+    # bidirectional one masks the padded keys.
+    mask = None if model.config.causal else batch.attention
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(batch.inputs, mask)  # [B, L, V]
+    ce = F.cross_entropy(
+        logits.float().flatten(0, 1), batch.targets.flatten(), reduction="none"
+    ).view_as(batch.weights)  # [B, L]
+    return (ce * batch.weights).sum() / batch.inputs.shape[0]
+
+
+# -- the copy probe ---------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def copy_probe(
+    model: StencilTransformer, tok: StencilTokenizer, *, docs: int = 48, offset: int = 0
+) -> float:
+    """Share of val documents whose masked first mention of a repeated entity is predicted
+    exactly (one forward, argmax, hole of exactly the entity's length; denoiser only)."""
+    mc = model.config
+    hits = total = 0
+    for index in range(offset, offset + docs):
+        doc = document_at("val", index)
+        repeated = [i for i in repeated_spans(doc) if doc.spans[i].kind == "entity"]
+        if not repeated:
+            continue
+        first = doc.spans[min(repeated, key=lambda i: doc.spans[i].start)]
+        ids, ((a, b),) = tokenize_with_holes(doc, [first], tok.encode)
+        if len(ids) > mc.max_len:
+            continue
+        inputs = torch.tensor([ids])
+        inputs[0, a:b] = mc.mask_id
+        pred = model(inputs).argmax(-1)[0, a:b]  # [b - a]
+        hits += int(pred.tolist() == ids[a:b])
+        total += 1
+    return hits / max(1, total)
+
+
+# -- the loop ---------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    total_steps: int = 0  # fixed once (from --steps, or from --minutes after calibration)
+    tokens: int = 0
+    seconds: float = 0.0
+    log: list[dict[str, float]] = field(default_factory=list)
+
+
+def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
+    cosine = 0.5 * (1 + math.cos(math.pi * progress))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
+
+
+def model_config(cfg: TrainConfig, tok: StencilTokenizer) -> ModelConfig:
+    s = tok.special
+    return ModelConfig(
+        kind=cfg.kind, vocab_size=tok.vocab_size, pad_id=s.pad, eos_id=s.eos, mask_id=s.mask,
+        fim_prefix_id=s.fim_prefix, fim_suffix_id=s.fim_suffix, fim_middle_id=s.fim_middle,
+        d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+        ffn_hidden=cfg.ffn_hidden, max_len=cfg.max_len + 1,
+        extra={"corpus": "gpu_worker.corpus train split", "seed": cfg.seed},
+    )  # fmt: skip
+
+
+def _save_checkpoint(
+    path: Path, model: StencilTransformer, opt: torch.optim.Optimizer, state: TrainState
+) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": asdict(state)}, tmp)
+    tmp.replace(path)
+
+
+def train(
+    cfg: TrainConfig,
+    tok: StencilTokenizer,
+    *,
+    checkpoint: Path,
+    steps: int | None = None,
+    minutes: float | None = None,
+    bf16: bool = True,
+    progress: bool = True,
+    probe_docs: int = 48,
+) -> tuple[StencilTransformer, TrainState]:
+    """Train (or resume from ``checkpoint``) until the step budget is spent."""
+    from tqdm import tqdm
+
+    if steps is None and minutes is None:
+        raise ValueError("give steps or minutes")
+    mc = model_config(cfg, tok)
+    torch.manual_seed(cfg.seed)  # weight init only; data and corruption use their own seeds
+    model = StencilTransformer(mc)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay
+    )
+    state = TrainState(total_steps=steps or 0)
+    if checkpoint.is_file():
+        saved = torch.load(checkpoint, weights_only=False)
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["opt"])
+        state = TrainState(**saved["state"])
+        if steps is not None:
+            state.total_steps = steps
+    flops_per_token = count_flops_per_token(mc, cfg.max_len // 2)
+    bar = tqdm(total=state.total_steps or None, initial=state.step, disable=not progress,
+               desc=f"train {cfg.kind}", unit="step")  # fmt: skip
+    started = time.time()
+    while state.total_steps == 0 or state.step < state.total_steps:
+        t0 = time.time()
+        model.train()
+        batch = make_batch(state.step, cfg, mc, tok)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(state.step, max(state.total_steps, 1), cfg)
+        loss = batch_loss(model, batch, bf16=bf16)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        state.step += 1
+        state.tokens += batch.tokens
+        state.seconds += time.time() - t0
+        entry = {"step": state.step, "tokens": state.tokens, "loss": loss.item(),
+                 "seconds": state.seconds}  # fmt: skip
+        if state.total_steps == 0 and state.step == 20 and minutes is not None:
+            # Calibrate once; the schedule (and so the run) is then fixed by the step count.
+            per_step = (time.time() - started) / 20
+            state.total_steps = max(40, int(minutes * 60 / per_step * 0.93))
+            bar.total = state.total_steps
+        if state.total_steps and (state.step % cfg.eval_every == 0 or state.step == state.total_steps):
+            model.eval()
+            if cfg.kind == "denoiser":
+                entry["copy_probe"] = copy_probe(model, tok, docs=probe_docs)
+            entry["val_loss"] = float(validation_loss(model, tok, cfg, mc, bf16=bf16))
+        state.log.append(entry)
+        bar.update(1)
+        bar.set_postfix(loss=f"{entry['loss']:.3f}", tok=state.tokens)
+        if state.step % cfg.checkpoint_every == 0 or state.step == state.total_steps:
+            _save_checkpoint(checkpoint, model, opt, state)
+    bar.close()
+    state.log[-1]["flops"] = float(state.tokens * flops_per_token)
+    return model.eval(), state
+
+
+@torch.no_grad()
+def validation_loss(
+    model: StencilTransformer, tok: StencilTokenizer, cfg: TrainConfig, mc: ModelConfig,
+    *, bf16: bool, batches: int = 2,
+) -> float:  # fmt: skip
+    """Mean training objective on fixed val batches (same corruption recipe)."""
+    losses = [
+        float(batch_loss(model, make_batch(s, cfg, mc, tok, split="val"), bf16=bf16))
+        for s in range(batches)
+    ]
+    return sum(losses) / len(losses)
+
+
+# -- artifacts --------------------------------------------------------------------------------
+
+
+def plot_curve(log: list[dict[str, float]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    tokens = [e["tokens"] / 1e6 for e in log]
+    ax.plot(tokens, [e["loss"] for e in log], lw=0.6, alpha=0.5, label="train loss")
+    val = [(e["tokens"] / 1e6, e["val_loss"]) for e in log if "val_loss" in e]
+    if val:
+        ax.plot(*zip(*val, strict=True), "o-", label="val loss")
+    ax.set_xlabel("training tokens (millions)")
+    ax.set_ylabel("loss")
+    ax.set_ylim(0, min(8.0, max(e["loss"] for e in log)))
+    probe = [(e["tokens"] / 1e6, e["copy_probe"]) for e in log if "copy_probe" in e]
+    if probe:
+        ax2 = ax.twinx()
+        ax2.plot(*zip(*probe, strict=True), "s--", color="tab:red", label="copy probe (val)")
+        ax2.set_ylabel("entity copy exact match")
+        ax2.set_ylim(0, 1)
+        ax2.legend(loc="upper center")
+    ax.legend(loc="upper right")
+    ax.set_title(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_sha256sums(models_root: Path) -> Path:
+    """models/SHA256SUMS over every file of every shipped model directory."""
+    lines = []
+    for path in sorted(models_root.rglob("*")):
+        if path.is_file() and path.name != "SHA256SUMS":
+            lines.append(f"{file_sha256(path)}  {path.relative_to(models_root).as_posix()}")
+    out = models_root / "SHA256SUMS"
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def training_summary(
+    cfg: TrainConfig, model: StencilTransformer, state: TrainState
+) -> dict[str, Any]:
+    last = state.log[-1]
+    vals = [e for e in state.log if "val_loss" in e]
+    tail = state.log[-50:]
+    return {
+        "kind": cfg.kind,
+        "parameters": model.num_parameters(),
+        "steps": state.step,
+        "tokens": state.tokens,
+        "flops": last.get("flops", float(state.tokens * count_flops_per_token(model.config, cfg.max_len // 2))),
+        "train_seconds": round(state.seconds, 1),
+        "tokens_per_second": round(state.tokens / max(state.seconds, 1e-9), 1),
+        "final_train_loss": round(sum(e["loss"] for e in tail) / len(tail), 4),
+        "final_val_loss": round(vals[-1]["val_loss"], 4) if vals else None,
+        "final_copy_probe": vals[-1].get("copy_probe") if vals else None,
+        "config": asdict(cfg),
+    }  # fmt: skip
+
+
+def render_model_card(
+    out: Path, summary: dict[str, Any], metrics: dict[str, dict[str, float]] | None = None
+) -> str:
+    """MODEL_CARD.md text: data, size, compute, metrics (from the evaluation, when run), limits."""
+    cfg = summary["config"]
+    kind = summary["kind"]
+    objective = (
+        "masked diffusion: t ~ U(0,1), cross-entropy on masked positions weighted by 1/t; "
+        f"{cfg['hole_fraction']:.0%} of rows corrupt hole-shaped spans (one mention of a "
+        "repeated entity with another left visible, field values, sentences) with a pad budget "
+        f"of up to {cfg['max_pad_budget']} positions, the rest mask uniformly"
+        if kind == "denoiser"
+        else "next-token cross-entropy; "
+        f"{cfg['fim_rate']:.0%} of rows in fill-in-the-middle PSM order with hole-shaped middles, "
+        f"{cfg['suffix_cut_prob']:.0%} of those with the suffix cut short"
+    )
+    lines = [
+        f"# {out.name}",
+        "",
+        f"Stencil {'masked-diffusion denoiser (bidirectional)' if kind == 'denoiser' else 'AR-FIM baseline (causal, fill-in-the-middle)'}.",
+        "",
+        "## Data",
+        "Synthetic drafting documents from `gpu_worker.corpus` (train split: seeds from 0, shared",
+        "phrase variants only): referral letters, discharge summaries, incident reports, NDA clauses,",
+        "invoices, job offers, meeting minutes, JSON records. Values from Faker (MIT licence), prose",
+        "from hand-written phrase banks (`gpu_worker/phrases.py`). Generated on the fly; no document",
+        "is seen twice. Tokenizer: byte-level BPE, 4,096 tokens, trained on 24,000 train documents.",
+        "",
+        "## Size and compute",
+        "| | |",
+        "|---|---|",
+        f"| parameters | {summary['parameters']:,} |",
+        f"| layers / d_model / heads / SwiGLU width | {cfg['n_layers']} / {cfg['d_model']} / {cfg['n_heads']} / {cfg['ffn_hidden']} |",
+        f"| objective | {objective} |",
+        f"| steps x batch | {summary['steps']:,} x {cfg['batch_size']} |",
+        f"| training tokens | {summary['tokens']:,} |",
+        f"| training compute | {summary['flops']:.3g} FLOPs (6N + attention per token) |",
+        f"| wall time | {summary['train_seconds'] / 60:.1f} min on 1 CPU thread, bf16 autocast |",
+        f"| throughput | {summary['tokens_per_second']:,.0f} tokens/s |",
+        f"| final train / val loss | {summary['final_train_loss']} / {summary['final_val_loss']} |",
+        "| weights | bf16 safetensors |",
+        "",
+        f"Reproduce: `python -m gpu_worker.train --kind tokenizer` then "
+        f"`python -m gpu_worker.train --kind {kind} --out models/{out.name} --seed {cfg['seed']} "
+        f"--steps {summary['steps']}`.",
+    ]
+    if summary.get("final_copy_probe") is not None:
+        lines += ["", f"Copy probe at the end of training (first mention of a repeated entity "
+                  f"masked, one forward, val split): {summary['final_copy_probe']:.2f} exact."]  # fmt: skip
+    lines += ["", "## Metrics (test split, `python -m gpu_worker.evaluate`)"]
+    if metrics:
+        lines += ["| hole kind | exact match | token acc. | valid | locked kept | nats/token |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        for hole_kind, m in metrics.items():
+            lines.append(
+                f"| {hole_kind} | {m['exact_match']:.2f} | {m['token_accuracy']:.2f} | "
+                f"{m['validity']:.2f} | {m['locked_preserved']:.2f} | {m['nll_per_token']:.2f} |"
+            )
+        lines.append("")
+        lines.append("Full table, both models side by side: `bench/eval/REPORT.md`.")
+    else:
+        lines.append("Not evaluated yet.")
+    lines += [
+        "",
+        "## Limits",
+        "- Trained only on eight synthetic document kinds in English; it knows their phrasing, not",
+        "  the world. Clinical and legal text it writes is template-like and not reviewed by experts.",
+        "- Small (CPU-trained in under an hour): it can invent names, dates and amounts, and copying",
+        "  an entity from elsewhere in the document is imperfect (see the metrics).",
+        "- Arithmetic (an invoice total) is not computed, only guessed from context.",
+        "- Output is provisional until a person accepts it.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_model_card(
+    out: Path, summary: dict[str, Any], metrics: dict[str, dict[str, float]] | None = None
+) -> None:
+    (out / "MODEL_CARD.md").write_text(render_model_card(out, summary, metrics))
+
+
+def train_tokenizer(out: Path, *, docs: int = TOKENIZER_DOCS) -> StencilTokenizer:
+    pieces = (p for i in range(docs) for p in document_pieces(document_at("train", i)))
+    tok = StencilTokenizer.train(pieces, vocab_size=VOCAB_SIZE)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(out)
+    return tok
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Train a Stencil tokenizer or model.")
+    parser.add_argument("--kind", required=True, choices=["tokenizer", "denoiser", "ar_fim"])
+    parser.add_argument("--out", type=Path, help="model directory (or tokenizer.json path)")
+    parser.add_argument("--tokenizer", type=Path, default=DEFAULT_TOKENIZER)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--minutes", type=float, help="wall-clock budget (fixes the step count)")
+    parser.add_argument("--steps", type=int, help="exact step count (overrides --minutes)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
+    parser.add_argument("--d-model", type=int, default=TrainConfig.d_model)
+    parser.add_argument("--layers", type=int, default=TrainConfig.n_layers)
+    parser.add_argument("--heads", type=int, default=TrainConfig.n_heads)
+    parser.add_argument("--ffn", type=int, default=TrainConfig.ffn_hidden)
+    parser.add_argument("--eval-every", type=int, default=TrainConfig.eval_every)
+    parser.add_argument("--no-bf16", action="store_true", help="train in float32")
+    parser.add_argument("--checkpoint", type=Path, help="default var/train/<out name>/ckpt.pt")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.kind == "tokenizer":
+        out = args.out or args.tokenizer
+        tok = train_tokenizer(out)
+        print(f"tokenizer: {tok.vocab_size} tokens -> {out} (sha256 {file_sha256(out)})")
+        return
+    if args.out is None:
+        parser.error("--out is required for a model")
+    if args.minutes is None and args.steps is None:
+        parser.error("give --minutes or --steps")
+    tok = StencilTokenizer.from_file(args.tokenizer)
+    cfg = TrainConfig(
+        kind=args.kind, seed=args.seed, batch_size=args.batch_size, d_model=args.d_model,
+        n_layers=args.layers, n_heads=args.heads, ffn_hidden=args.ffn,
+        eval_every=args.eval_every,
+    )  # fmt: skip
+    checkpoint = args.checkpoint or Path("var/train") / args.out.name / "ckpt.pt"
+    model, state = train(
+        cfg, tok, checkpoint=checkpoint, steps=args.steps, minutes=args.minutes,
+        bf16=not args.no_bf16,
+    )  # fmt: skip
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    save_model_dir(model, out, dtype=torch.bfloat16)
+    shutil.copyfile(args.tokenizer, out / "tokenizer.json")
+    plot_curve(state.log, out / "loss_curve.png", f"{out.name}: training")
+    summary = training_summary(cfg, model, state)
+    (out / "training.json").write_text(json.dumps({**summary, "log": state.log}, indent=1) + "\n")
+    write_model_card(out, summary)
+    write_sha256sums(out.parent)
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

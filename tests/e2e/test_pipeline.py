@@ -1,0 +1,185 @@
+"""The real path: template → draft → job row → RabbitMQ → worker process → sampler → review.
+
+These tests use PostgreSQL, a real broker and real Celery worker processes (no eager mode).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from drafting import services
+from drafting.models import DocumentTemplate, Draft, Fragment, InfillJob
+from tests.conftest import wait_for
+
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+
+REFERRAL_VALUES = {
+    "clinic": "Harbour Family Practice", "letter_date": "2025-03-14", "doctor": "Dr. Patel",
+    "patient": "Maria Lopez", "dob": "1961-07-02", "symptom": "chest pain on exertion",
+    "sender": "Dr. Ann Hughes",
+}  # fmt: skip
+
+# A long job: four long holes, one token per step, exact attention (about 1,000 passes).
+LONG_SAMPLER = {"commit_rule": "even", "block_length": 32, "steps_per_block": 32,
+                "max_steps": 4096, "cache": "none", "remask": "none"}  # fmt: skip
+
+
+def referral_draft(owner: Any) -> Draft:
+    version = DocumentTemplate.objects.get(slug="referral-letter").latest_version()
+    assert version is not None
+    return services.draft_create(owner=owner, version=version, values=REFERRAL_VALUES)
+
+
+def long_request() -> dict[str, Any]:
+    segments: list[dict[str, Any]] = [{"text": "MINUTES OF THE BOARD MEETING\n\n"}]
+    for i in range(4):
+        segments += [{"text": f"{i + 1}. Discussion. "}, {"hole": f"part{i}", "max_tokens": 250},
+                     {"text": "\n\n"}]  # fmt: skip
+    return {"segments": segments, "seed": 11, "sampler": LONG_SAMPLER}
+
+
+def job_state(job: InfillJob) -> str:
+    job.refresh_from_db()
+    return job.state
+
+
+def test_draft_is_filled_by_a_worker_and_locked_text_stays(
+    amqp_worker: Any, demo_templates: None, user: Any, worker_settings: Any
+) -> None:
+    draft = referral_draft(user)
+    locked_before = {f.id: f.text for f in draft.fragments.filter(locked=True)}
+    job = services.draft_infill_request(draft=draft, user=user, preset="balanced")
+
+    wait_for(lambda: job_state(job) in InfillJob.FINAL_STATES, timeout=60, what="the job")
+
+    assert job.state == InfillJob.State.SUCCEEDED, (job.reasons, amqp_worker.log()[-3000:])
+    assert job.delivery_count == 1
+    fills = list(draft.fragments.filter(kind=Fragment.Kind.FILL))
+    assert fills and all(f.status == Fragment.Status.PROVISIONAL for f in fills)
+    holes = job.result["holes"]
+    assert {t["hole"] for t in job.target_fragments} == set(holes)
+    for fragment in draft.fragments.filter(locked=True):
+        assert fragment.text == locked_before[fragment.id]
+    # choices holes hold one of their choices, whole
+    by_name = {f.name: f.text for f in fills}
+    assert by_name["priority"] in {"routine", "urgent", "two-week wait"}
+    # the document the worker assembled is the draft's text
+    assert job.result["document"] == "".join(f.text for f in draft.fragments.all())
+    assert job.result["placeholder_model"] is True
+    from audit.models import RunRecord
+
+    assert RunRecord.objects.filter(job_id=str(job.id)).count() == 1
+
+
+def test_sigkilled_worker_job_is_redelivered_and_finishes_exactly_once(
+    start_worker: Any, user: Any, worker_settings: Any, queue_prefix: str
+) -> None:
+    from django.conf import settings
+
+    from stencil.celery import app
+    from tests.workers import producer_broker
+
+    prefix = f"{queue_prefix}kill-"
+    broker = settings.CELERY_BROKER_URL
+    first = start_worker(broker_url=broker, queue_prefix=prefix, name="doomed")
+    with producer_broker(app, broker, prefix):
+        job = services.infill_job_create(owner=user, request=long_request(), preset="careful")
+        wait_for(lambda: job_state(job) == InfillJob.State.RUNNING and
+                 job.progress.get("step", 0) >= 5, timeout=60, what="the job to run")  # fmt: skip
+        first.kill()
+        second = start_worker(broker_url=broker, queue_prefix=prefix, name="rescuer")
+        wait_for(lambda: job_state(job) in InfillJob.FINAL_STATES, timeout=120, what="the rescue")
+    assert job.state == InfillJob.State.SUCCEEDED, (job.reasons, second.log()[-3000:])
+    assert job.delivery_count == 2
+    from audit.models import RunRecord
+
+    assert RunRecord.objects.filter(job_id=str(job.id)).count() == 1
+    second.stop()
+
+
+def test_poison_job_stops_at_the_delivery_cap(
+    start_worker: Any, user: Any, worker_settings: Any, queue_prefix: str
+) -> None:
+    from django.conf import settings
+
+    from stencil.celery import app
+    from tests.workers import producer_broker
+
+    prefix = f"{queue_prefix}poison-"
+    broker = settings.CELERY_BROKER_URL
+    with producer_broker(app, broker, prefix):
+        job = services.infill_job_create(owner=user, request=long_request(), preset="careful")
+        for delivery in range(1, settings.STENCIL_MAX_DELIVERIES + 1):
+            worker = start_worker(broker_url=broker, queue_prefix=prefix, name=f"crash{delivery}")
+            wait_for(lambda d=delivery: job_state(job) == InfillJob.State.RUNNING and
+                     job.delivery_count == d, timeout=60, what=f"delivery {delivery}")  # fmt: skip
+            worker.kill()  # the job "crashes" its worker every time
+        last = start_worker(broker_url=broker, queue_prefix=prefix, name="after-cap")
+        wait_for(lambda: job_state(job) in InfillJob.FINAL_STATES, timeout=60, what="the cap")
+        last.stop()
+    assert job.state == InfillJob.State.FAILED
+    assert job.delivery_count == settings.STENCIL_MAX_DELIVERIES
+    assert "delivery cap" in " ".join(job.reasons)
+
+
+def test_cancel_stops_a_running_job_and_commits_nothing(
+    amqp_worker: Any, demo_templates: None, user: Any, worker_settings: Any
+) -> None:
+    draft = referral_draft(user)
+    before = [(f.id, f.text, f.status) for f in draft.fragments.all()]
+    job = services.infill_job_create(owner=user, request=long_request(), preset="careful",
+                                     draft=draft, targets=[])  # fmt: skip
+    wait_for(lambda: job_state(job) == InfillJob.State.RUNNING and
+             job.progress.get("step", 0) >= 3, timeout=60, what="the job to run")  # fmt: skip
+    services.infill_job_cancel(job=job)
+    wait_for(lambda: job_state(job) in InfillJob.FINAL_STATES, timeout=10, what="the cancel")
+    assert job.state == InfillJob.State.CANCELLED
+    assert job.result is None
+    assert [(f.id, f.text, f.status) for f in draft.fragments.all()] == before
+    # the sampler stopped long before its ~1,000 steps
+    assert job.attempts[-1]["cancelled"] is True
+    assert job.attempts[-1]["steps"] < 900
+
+
+def test_unsatisfiable_hole_retries_falls_back_and_fails_with_named_reasons(
+    amqp_worker: Any, user: Any, worker_settings: Any
+) -> None:
+    request = {"segments": [{"text": "Reference: "},
+                            {"hole": "ref", "max_tokens": 2, "constraint": {"pattern": "[0-9]{24}"}},
+                            {"text": "\n"}], "seed": 3}  # fmt: skip
+    job = services.infill_job_create(owner=user, request=request, preset="fast")
+    wait_for(lambda: job_state(job) in InfillJob.FINAL_STATES, timeout=120, what="the job")
+    assert job.state == InfillJob.State.FAILED, job.reasons
+    routes = [a["route"] for a in job.attempts]
+    assert routes.count("diffusion") == worker_settings.STENCIL_MAX_ATTEMPTS
+    assert routes[-1] == "ar"
+    assert all("ref" in reason for reason in job.reasons)
+    seeds = [a["seed"] for a in job.attempts if a["route"] == "diffusion"]
+    assert len(set(seeds)) == len(seeds)  # each retry uses a new seed derived from the first
+    from audit.models import Incident
+
+    assert Incident.objects.filter(job_id=str(job.id)).exists()
+
+
+def test_a_worker_consuming_from_redis_runs_a_job(
+    start_worker: Any, user: Any, worker_settings: Any, queue_prefix: str
+) -> None:
+    import os
+
+    from stencil.celery import app
+    from tests.workers import producer_broker
+
+    broker = os.environ.get("STENCIL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    prefix = f"{queue_prefix}redis-"
+    worker = start_worker(broker_url=broker, queue_prefix=prefix, name="redis")
+    with producer_broker(app, broker, prefix):
+        request = {"segments": [{"text": "Dear "}, {"hole": "name", "max_tokens": 6},
+                                {"text": ",\nThank you."}], "seed": 5}  # fmt: skip
+        job = services.infill_job_create(owner=user, request=request, preset="fast")
+        wait_for(lambda: job_state(job) in InfillJob.FINAL_STATES, timeout=60, what="the job")
+    worker.stop()
+    assert job.state == InfillJob.State.SUCCEEDED, (job.reasons, worker.log()[-3000:])
+    assert job.result["document"].startswith("Dear ")
+    assert job.result["document"].endswith(",\nThank you.")
