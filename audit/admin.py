@@ -133,7 +133,7 @@ class RunRecordAdmin(ReadOnlyAdmin):
                 name="audit_runrecord_replay",
             )
         ]
-        return custom + super().get_urls()  # type: ignore[operator]
+        return custom + super().get_urls()
 
     def _replay(self, request: HttpRequest, run: RunRecord) -> None:
         try:
@@ -142,7 +142,7 @@ class RunRecordAdmin(ReadOnlyAdmin):
             self.message_user(request, f"run {run.pk}: cannot replay: {exc}", messages.ERROR)
             return
         level = messages.SUCCESS if report.identical else messages.WARNING
-        self.message_user(request, f"run {run.pk}: {report.summary()}", level)
+        self.message_user(request, f"run {run.pk}: {report.summary}", level)
 
     @admin.action(description="Replay selected runs and compare traces")
     def replay_selected(self, request: HttpRequest, queryset: QuerySet[RunRecord]) -> None:
@@ -232,7 +232,7 @@ class DiagnosticAdmin(ReadOnlyAdmin):
                 name="audit_diagnostic_read",
             )
         ]
-        return custom + super().get_urls()  # type: ignore[operator]
+        return custom + super().get_urls()
 
     def read_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
         diagnostic = get_object_or_404(Diagnostic, pk=object_id)

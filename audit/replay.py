@@ -8,6 +8,7 @@ revision or batch makes the replay *approximate*: it still runs, and the report 
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,10 +19,10 @@ from audit.canonical import sha256_hex
 from audit.runbody import OutcomeLike, device_label, runtime_info
 from audit.trace import Divergence, trace_compare, trace_hash
 
-# route -> "module:function" of a runner with infill_request's signature
+# route -> "module:function[,function...]": the first function the module has is the runner
 RUNNERS: dict[str, str] = {
     "diffusion": "gpu_worker.infill:infill_request",
-    "ar": "gpu_worker.ar:ar_infill_request",
+    "ar": "gpu_worker.ar:infill_request_ar,ar_infill_request",
 }
 _RUNTIME_KEYS = ("torch", "torch_cuda", "python", "device", "git_revision", "stencil")
 
@@ -42,7 +43,9 @@ class ReplayReport:
     steps_replayed: int = 0
     device: str = "cpu"
 
+    @property
     def summary(self) -> str:
+        """One line: "identical (...)" or "diverged at step k: ...", flagged if approximate."""
         if self.divergence is not None:
             head = f"diverged at step {self.divergence.step}: {self.divergence.what}"
         elif self.identical:
@@ -65,7 +68,7 @@ class ReplayReport:
             "steps_recorded": self.steps_recorded,
             "steps_replayed": self.steps_replayed,
             "device": self.device,
-            "summary": self.summary(),
+            "summary": self.summary,
         }
 
 
@@ -73,13 +76,26 @@ def runner_for(route: str) -> Callable[..., OutcomeLike]:
     target = RUNNERS.get(route) or (RUNNERS["ar"] if route.startswith("ar") else None)
     if target is None:
         raise ReplayError(f"route {route!r} has no replay runner (known: {sorted(RUNNERS)})")
-    module_name, func_name = target.split(":")
+    module_name, names = target.split(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ReplayError(f"the {route} route's sampler {module_name} is unavailable") from exc
-    runner: Callable[..., OutcomeLike] = getattr(module, func_name)
-    return runner
+    for name in names.split(","):
+        runner: Callable[..., OutcomeLike] | None = getattr(module, name, None)
+        if runner is not None:
+            return runner
+    raise ReplayError(f"{module_name} has none of {names}")
+
+
+def _call_runner(
+    runner: Callable[..., OutcomeLike], loaded: Any, request: dict[str, Any], config: Any,
+    device: Any,
+) -> OutcomeLike:  # fmt: skip
+    """Call with ``device`` only where the runner takes one (the AR route moves nothing)."""
+    if "device" in inspect.signature(runner).parameters:
+        return runner(loaded, request, config=config, device=device)
+    return runner(loaded, request, config=config)
 
 
 def _pick_device(recorded: str) -> tuple[str, str | None]:
@@ -141,12 +157,8 @@ def replay_run(
         reasons.append(f"recorded in a batch of {batch_size}, replayed alone")
 
     replay_request = {**request, "seed": body["stencil.generator"]["seed"]}
-    outcome = runner(
-        loaded,
-        replay_request,
-        config=_sampler_config(body["stencil.sampler"]["config"]),
-        device=torch.device(device),
-    )
+    config = _sampler_config(body["stencil.sampler"]["config"])
+    outcome = _call_runner(runner, loaded, replay_request, config, torch.device(device))
 
     replayed = trace_hash(outcome.trace)
     divergence = trace_compare(trace, replayed)
@@ -157,9 +169,7 @@ def replay_run(
     if sha256_hex(outcome.document) != recorded_out["document_sha256"]:
         notes.append("output document hash differs")
     if int(outcome.forward_passes) != int(recorded_out["forward_passes"]):
-        notes.append(
-            f"forward passes {recorded_out['forward_passes']} -> {outcome.forward_passes}"
-        )
+        notes.append(f"forward passes {recorded_out['forward_passes']} -> {outcome.forward_passes}")
     if outcome.trace_sha256 != recorded_out["trace_sha256"] and divergence is None:
         notes.append("the sampler's own trace sha256 differs")
     return ReplayReport(

@@ -10,6 +10,7 @@ import functools
 import importlib.metadata
 import platform
 import subprocess
+import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -55,15 +56,22 @@ def git_revision() -> str:
     return revision if result.returncode == 0 and revision else "unknown"
 
 
+@functools.lru_cache(maxsize=1)
 def stencil_version() -> str:
+    """The installed package's version, else pyproject.toml's, else "unknown"."""
     try:
         return importlib.metadata.version("stencil")
     except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        return str(tomllib.loads(pyproject.read_text())["project"]["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
         return "unknown"
 
 
 def device_label(device: torch.device) -> str:
-    """"cpu" or "cuda:<GPU name>", the worker's label for a device (gpu_worker.runtime)."""
+    """ "cpu" or "cuda:<GPU name>", the worker's label for a device (gpu_worker.runtime)."""
     if device.type == "cuda":
         return f"cuda:{torch.cuda.get_device_name(device)}"
     return device.type

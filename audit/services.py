@@ -28,8 +28,8 @@ from audit.models import (
     AuditEvent,
     Diagnostic,
     Incident,
-    LoggedModel,
     LogEntry,
+    LoggedModel,
     RunRecord,
 )
 from audit.replay import ReplayReport, replay_record
@@ -211,7 +211,7 @@ def keys_rotate(*, actor: str = SYSTEM_ACTOR) -> RotationReport:
     done = 0
     current = 0
     old_ids: set[str] = set()
-    raw = models.QuerySet(model=Diagnostic)  # the one sanctioned rewrite path
+    raw: models.QuerySet[Diagnostic] = models.QuerySet(model=Diagnostic)  # sanctioned rewrite
     for pk in list(Diagnostic.objects.order_by("pk").values_list("pk", flat=True)):
         with transaction.atomic():
             diagnostic = raw.select_for_update().get(pk=pk)
@@ -250,7 +250,9 @@ def diagnostics_purge(*, older_than_days: int | None = None, actor: str = SYSTEM
     cutoff = timezone.now() - dt.timedelta(days=days)
     with transaction.atomic():
         ids = list(
-            Diagnostic.objects.filter(created__lt=cutoff).order_by("pk").values_list("pk", flat=True)
+            Diagnostic.objects.filter(created__lt=cutoff)
+            .order_by("pk")
+            .values_list("pk", flat=True)
         )
         if not ids:
             return 0

@@ -21,8 +21,8 @@ from audit.models import (
     LOGGED_MODELS,
     AuditEvent,
     Diagnostic,
-    LoggedModel,
     LogEntry,
+    LoggedModel,
     RunRecord,
 )
 from audit.trace import trace_chain_valid, trace_head
@@ -84,7 +84,9 @@ def _read_checkpoints(report: VerifyReport) -> list[str]:
             frontier = merkle.frontier_append(frontier, len(leaves), bytes.fromhex(leaf))
             leaves.append(leaf)
         if merkle.frontier_root(frontier).hex() != cp.root:
-            report.add("checkpoint", where, f"leaves do not hash to the signed root at size {cp.size}")
+            report.add(
+                "checkpoint", where, f"leaves do not hash to the signed root at size {cp.size}"
+            )
         report.checkpoints += 1
         report.checkpoint_size = cp.size
     return leaves
@@ -145,7 +147,9 @@ def _digests(entry: LogEntry) -> dict[str, str] | None:
 
 def _purged_diagnostics() -> set[str]:
     purged: set[str] = set()
-    events = models.QuerySet(model=AuditEvent).filter(kind=AuditEvent.Kind.DIAGNOSTICS_PURGED)
+    events: models.QuerySet[AuditEvent] = models.QuerySet(model=AuditEvent).filter(
+        kind=AuditEvent.Kind.DIAGNOSTICS_PURGED
+    )
     for event in events:
         try:
             purged.update(str(pk) for pk in json.loads(event.details).get("diagnostics", []))
@@ -175,14 +179,17 @@ def _check_objects(report: VerifyReport, entries: list[LogEntry]) -> None:
     purged = _purged_diagnostics()
     for model in LOGGED_MODELS:
         kind = model.LOG_KIND
-        objects: dict[str, LoggedModel] = {
-            str(o.pk): o for o in models.QuerySet(model=model).order_by("pk")
-        }
+        rows: models.QuerySet[LoggedModel] = models.QuerySet(model=model)
+        try:
+            objects: dict[str, LoggedModel] = {str(o.pk): o for o in rows.order_by("pk")}
+        except (ValueError, TypeError) as exc:  # a column no longer parses (e.g. a date)
+            report.add("changed", f"{kind} table", f"a row no longer loads: {exc}")
+            continue
         logged = {ref: e for (k, ref), e in latest.items() if k == kind}
         ciphertext_owner: dict[str, str] = {}
         if model is Diagnostic:
-            for ref, entry in logged.items():
-                digests = _digests(entry) or {}
+            for ref, version in logged.items():
+                digests = _digests(version) or {}
                 if "ciphertext" in digests:
                     ciphertext_owner[digests["ciphertext"]] = ref
         for ref, obj in objects.items():
@@ -195,7 +202,9 @@ def _check_objects(report: VerifyReport, entries: list[LogEntry]) -> None:
             if expected is None:
                 continue  # the log entry itself is corrupt: reported by the checkpoint check
             actual = obj.field_digests()
-            changed = sorted(f for f in set(expected) | set(actual) if expected.get(f) != actual.get(f))
+            changed = sorted(
+                f for f in set(expected) | set(actual) if expected.get(f) != actual.get(f)
+            )
             if not changed:
                 if isinstance(obj, RunRecord):
                     _check_run_internals(report, obj)
@@ -209,21 +218,32 @@ def _check_objects(report: VerifyReport, entries: list[LogEntry]) -> None:
                 )
             else:
                 report.add(
-                    "changed", subject, f"{', '.join(changed)} differ from log entry #{entry.seq}"
+                    "changed",
+                    subject,
+                    f"fields {', '.join(changed)} differ from log entry #{entry.seq}",
                 )
-        for ref, entry in logged.items():
+        for ref, logged_entry in logged.items():
             if ref in objects:
                 continue
             if model is Diagnostic and ref in purged:
                 continue
-            report.add("deleted", f"{kind} {ref}", f"logged at #{entry.seq}, missing from the database")
+            report.add(
+                "deleted",
+                f"{kind} {ref}",
+                f"logged at #{logged_entry.seq}, missing from the database",
+            )
 
 
 def log_verify() -> VerifyReport:
     """Verify everything; the report's findings are empty when nothing was tampered with."""
     report = VerifyReport()
     file_leaves = _read_checkpoints(report)
-    entries = list(models.QuerySet(model=LogEntry).order_by("seq"))
+    log: models.QuerySet[LogEntry] = models.QuerySet(model=LogEntry)
+    try:
+        entries = list(log.order_by("seq"))
+    except (ValueError, TypeError) as exc:
+        report.add("changed", "log table", f"a log entry no longer loads: {exc}")
+        return report
     report.records = len(entries)
     if entries and not Path(settings.AUDIT_CHECKPOINT_FILE).exists():
         report.add(

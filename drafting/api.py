@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -22,6 +22,9 @@ from drafting import selectors, services
 from drafting.auth import AuthError, csrf_failure_reason, user_from_authorization
 from drafting.models import Draft, DraftRevision, Fragment, InfillJob, TemplateVersion
 from drafting.templating import TemplateError
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 MAX_BODY_BYTES = 1_000_000  # 1 MB: larger request bodies are refused before they are read
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
@@ -62,7 +65,7 @@ def api_endpoint(*methods: str) -> Callable[[ApiView], ApiView]:
             header = request.META.get("HTTP_AUTHORIZATION", "")
             if header:
                 try:
-                    request.user = user_from_authorization(header)
+                    request.user = cast("User", user_from_authorization(header))
                 except AuthError as exc:
                     return _unauthorized(str(exc))
             elif not request.user.is_authenticated:

@@ -110,15 +110,20 @@ def _finish(job: InfillJob, delivery: int | None, *, state: str, reasons: list[s
 class _Progress:
     """on_step / should_stop hooks: progress rows, lease renewal, cancellation."""
 
-    def __init__(self, job: InfillJob, delivery: int, attempt: int, tokenizer: Any) -> None:
-        self.job, self.delivery, self.attempt, self.tokenizer = job, delivery, attempt, tokenizer
+    def __init__(self, job: InfillJob, delivery: int, attempt: int, max_steps: int) -> None:
+        self.job, self.delivery, self.attempt = job, delivery, attempt
+        self.max_steps = max_steps
+        self.positions = sum(
+            int(s.get("max_tokens", 0)) for s in job.request.get("segments", []) if "hole" in s
+        )
         self.last_write = 0.0
         self.first_stable_at: float | None = None
         self.started = time.monotonic()
 
-    def on_step(self, info: Any) -> None:
+    def on_step(self, entry: dict[str, Any]) -> None:
         now = time.monotonic()
-        snapshot = _progress_snapshot(info, self.attempt)
+        snapshot = _progress_snapshot(entry, self.attempt, self.positions)
+        snapshot["max_steps"] = self.max_steps
         if self.first_stable_at is None and any(h.get("stable") for h in snapshot["holes"].values()):
             self.first_stable_at = now
             metrics.TIME_TO_FIRST_STABLE.observe(now - self.started)
@@ -133,14 +138,15 @@ class _Progress:
         return InfillJob.objects.filter(pk=self.job.pk, cancel_requested=True).exists()
 
 
-def _progress_snapshot(info: Any, attempt: int) -> dict[str, Any]:
-    holes = getattr(info, "holes", None) or {}
+def _progress_snapshot(entry: dict[str, Any], attempt: int, positions: int) -> dict[str, Any]:
+    """What the progress view shows; ``entry`` is the sampler's trace entry for the step."""
+    masked_left = int(entry.get("masked_left", 0))
+    holes = entry.get("holes") or {}
     return {
         "attempt": attempt,
-        "step": int(getattr(info, "step", 0)) + 1,
-        "max_steps": int(getattr(info, "max_steps", 0)),
-        "committed": int(getattr(info, "positions_committed_total", 0)),
-        "positions": int(getattr(info, "positions_total", 0)),
+        "step": int(entry.get("step", 0)) + 1,
+        "committed": positions - masked_left,
+        "positions": positions,
         "holes": {
             name: {"stable": h.get("stable", ""), "provisional": h.get("provisional", "")}
             for name, h in holes.items()
@@ -209,7 +215,7 @@ def _run_claimed(job: InfillJob, delivery: int, worker: str) -> str:
         directory = settings.STENCIL_MODEL_DIR if route == "diffusion" else settings.STENCIL_AR_MODEL_DIR
         loaded = model_get(Path(directory), device=device)
         seed = derive_seed(job.seed, attempt)
-        hooks = _Progress(job, delivery, attempt, loaded.tokenizer)
+        hooks = _Progress(job, delivery, attempt, int(config["max_steps"]))
         outcome = _attempt(job, loaded, route, config, seed, hooks, device)
         if outcome is None:  # the canvas itself is bad: no retry can help
             return job.state
@@ -279,10 +285,10 @@ def _attempt(job: InfillJob, loaded: Any, route: str, config: dict[str, Any], se
     sampler_config = SamplerConfig.from_json(config)
     try:
         if route == "ar":
-            from gpu_worker.ar import ar_infill_request
+            from gpu_worker.ar import infill_request_ar
 
-            return ar_infill_request(loaded, request, config=sampler_config,
-                                     should_stop=hooks.should_stop, device=device)  # fmt: skip
+            return infill_request_ar(loaded, request, config=sampler_config,
+                                     on_step=hooks.on_step, should_stop=hooks.should_stop)
         from gpu_worker.infill import infill_request
 
         return infill_request(loaded, request, config=sampler_config, on_step=hooks.on_step,

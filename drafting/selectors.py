@@ -9,8 +9,14 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 from django.http import Http404
 
-from drafting.models import DocumentTemplate, Draft, DraftRevision, Fragment, InfillJob
-from drafting.models import TemplateVersion
+from drafting.models import (
+    DocumentTemplate,
+    Draft,
+    DraftRevision,
+    Fragment,
+    InfillJob,
+    TemplateVersion,
+)
 
 User = AbstractBaseUser | AnonymousUser
 

@@ -476,9 +476,10 @@ def infill_job_create(
 
 
 def job_dispatch(*, job_id: str) -> None:
+    """Send the job's id (never the job) to the denoise queue."""
     from gpu_worker.tasks import run_infill
 
-    run_infill.delay(job_id)
+    run_infill.apply_async((job_id,), queue=settings.QUEUE_DENOISE)
 
 
 def draft_infill_request(*, draft: Draft, user: Any, preset: str,

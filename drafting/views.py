@@ -7,6 +7,7 @@ CSRF token; every write redirects (post/redirect/get) with a message saying what
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import messages
@@ -88,12 +89,47 @@ def draft_new(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 # -- the draft page: values, locks, selection, fill -------------------------------------------
+@dataclass(frozen=True)
+class FragmentRow:
+    """A fragment as the pages show it."""
+
+    id: int
+    position: int
+    kind: str
+    name: str
+    text: str
+    locked: bool
+    status: str
+    status_display: str
+    label: str
+    hint: str
+
+    @property
+    def description(self) -> str:
+        """How controls name this fragment to a screen reader."""
+        if self.kind == Fragment.Kind.TEXT:
+            excerpt = " ".join(self.text.split())[:40]
+            return f"template text “{excerpt}”"
+        return self.label
+
+    @classmethod
+    def of(cls, fragment: Fragment) -> FragmentRow:
+        spec = fragment.spec or {}
+        return cls(
+            id=fragment.id, position=fragment.position, kind=fragment.kind, name=fragment.name,
+            text=fragment.text, locked=fragment.locked, status=fragment.status,
+            status_display=fragment.get_status_display(),
+            label=str(spec.get("label") or fragment.name or "selected text"),
+            hint=str(spec.get("hint") or ""),
+        )  # fmt: skip
+
+
 def _draft_context(draft: Draft, values: dict[str, Any] | None = None,
                    errors: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     latest = selectors.job_latest_for_draft(draft=draft)
     return {
         "draft": draft,
-        "fragments": list(draft.fragments.all()),
+        "fragments": [FragmentRow.of(f) for f in draft.fragments.all()],
         "fields": form_fields(draft.template_version.fields,
                               draft.values if values is None else values, errors or {}),
         "active_job": selectors.job_active_for_draft(draft=draft),
@@ -278,7 +314,14 @@ def draft_export(request: HttpRequest, draft_id: int, fmt: str) -> HttpResponse:
 @require_GET
 def job_detail(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
     job = selectors.job_get_for_user(user=request.user, job_id=job_id)
-    return render(request, "drafting/job_detail.html", {"job": job, "state": job_json(job)})
+    state = job_json(job)
+    holes = [
+        {"name": name, "label": state["hole_labels"].get(name, name),
+         "stable": hole.get("stable", ""), "provisional": hole.get("provisional", "")}
+        for name, hole in state["progress"]["holes"].items()
+    ]  # fmt: skip
+    return render(request, "drafting/job_detail.html", {"job": job, "state": state,
+                                                        "holes": holes})  # fmt: skip
 
 
 @login_required

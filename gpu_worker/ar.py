@@ -15,13 +15,11 @@ within the positions left (:class:`gpu_worker.constraints.PatternConstraint`).
 
 Greedy at temperature 0; otherwise sampled from the request's ``torch.Generator`` (seeded by
 the canvas's seed), never from the global RNG. The outcome is the sampler's
-:class:`gpu_worker.infill.InfillOutcome`, with ``route="ar_fim"``.
+:class:`gpu_worker.infill.InfillOutcome`, with ``route="ar"``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,10 +31,12 @@ from gpu_worker.backends import LoadedModel
 from gpu_worker.canvas import Canvas, Hole, parse_canvas
 from gpu_worker.config import SamplerConfig, config_from_overrides
 from gpu_worker.constraints import CharAutomaton, ChoiceConstraint, PatternConstraint
-from gpu_worker.infill import InfillOutcome
+from gpu_worker.infill import InfillOutcome, trace_chain
 from gpu_worker.model import KVCache, StencilTransformer
+from gpu_worker.validation import validate
 
-ROUTE = "ar_fim"
+ROUTE = "ar"  # InfillOutcome.route of this route
+MODEL_KIND = "ar_fim"  # the LoadedModel kind it needs
 
 
 @dataclass
@@ -70,13 +70,14 @@ def infill_request_ar(
     ``should_stop`` is asked before every token; ``on_step`` gets each trace entry.
     """
     network = loaded.network
-    if loaded.kind != ROUTE or not isinstance(network, StencilTransformer):
+    if loaded.kind != MODEL_KIND or not isinstance(network, StencilTransformer):
         raise ValueError(f"the AR route needs a Stencil ar_fim model, got kind={loaded.kind!r}")
     started = time.perf_counter()
     canvas = parse_canvas(
         request, loaded.tokenizer, max_len=network.max_len, vocab_size=network.config.vocab_size
     )
-    cfg = config or config_from_overrides(None, canvas.sampler)
+    cfg = config if config is not None else _config_from_request(canvas.sampler)
+    encoded = time.perf_counter()
     generator = torch.Generator().manual_seed(canvas.seed)
     ids = canvas.ids.clone()  # [L]: holes get their tokens then pad, as the sampler leaves them
     trace: list[dict[str, Any]] = []
@@ -100,23 +101,48 @@ def infill_request_ar(
             cancelled = index < len(canvas.holes) - 1
             if cancelled:
                 break
-    elapsed = time.perf_counter() - started
-    trace_json = json.dumps(trace, sort_keys=True, separators=(",", ":"))
+    decoded = time.perf_counter()
+    holes = canvas.hole_texts(ids, loaded.tokenizer)
+    document = canvas.document(ids, loaded.tokenizer)
+    violations = validate(canvas, ids, loaded.tokenizer, hole_texts=holes, document=document)
+    finished = time.perf_counter()
     return InfillOutcome(
-        holes=canvas.hole_texts(ids, loaded.tokenizer),
-        document=canvas.document(ids, loaded.tokenizer),
+        holes=holes,
+        document=document,
         forward_passes=forward_passes,
         steps=steps,
-        timings={"total_s": elapsed},
+        timings={
+            "encode": encoded - started,
+            "decode": decoded - encoded,
+            "validate": finished - decoded,
+            "total": finished - started,
+        },
         trace=trace,
-        trace_sha256=hashlib.sha256(trace_json.encode("utf-8")).hexdigest(),
+        trace_sha256=trace_chain(trace),
         config=cfg.to_dict(),
         config_sha256=cfg.sha256,
         seed=canvas.seed,
         route=ROUTE,
         cancelled=cancelled,
-        violations=[],
+        violations=[v.to_dict() for v in violations],
+        model={
+            "name": loaded.name,
+            "kind": loaded.kind,
+            "weights_sha256": loaded.weights_sha256,
+            "tokenizer_sha256": loaded.tokenizer_sha256,
+            "placeholder": loaded.placeholder,
+        },
+        device=str(next(network.parameters()).device),
     )
+
+
+def _config_from_request(sampler: dict[str, Any]) -> SamplerConfig:
+    """The request's ``sampler`` overrides on a preset (``"preset"`` key), as the sampler does."""
+    overrides = dict(sampler)
+    preset = overrides.pop("preset", None)
+    if preset is not None and not isinstance(preset, str):
+        raise ValueError(f"sampler.preset={preset!r} must be a string")
+    return config_from_overrides(preset, overrides)
 
 
 # -- one hole -----------------------------------------------------------------------------------

@@ -53,13 +53,28 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def load_backend(directory: Path, *, device: str | torch.device = "cpu") -> LoadedModel:
-    """Load a shipped Stencil model directory (config.json + model.safetensors + tokenizer.json)."""
+def load_backend(
+    directory: Path,
+    *,
+    device: str | torch.device = "cpu",
+    trust_remote_code: bool | None = None,
+) -> LoadedModel:
+    """Load a model directory: a shipped Stencil model (config.json + model.safetensors +
+    tokenizer.json), or a Hugging Face masked-diffusion checkpoint (see
+    :mod:`gpu_worker.external`; ``trust_remote_code=None`` reads the operator setting)."""
+    directory = Path(directory)
+    from gpu_worker.external import is_hf_directory, load_external
+
+    if is_hf_directory(directory):
+        return load_external(directory, device=device, trust_remote_code=trust_remote_code)
+    return _load_stencil(directory, device=device)
+
+
+def _load_stencil(directory: Path, *, device: str | torch.device) -> LoadedModel:
     import json
 
     from gpu_worker.model import load_model
 
-    directory = Path(directory)
     for required in ("config.json", "model.safetensors", "tokenizer.json"):
         if not (directory / required).is_file():
             raise FileNotFoundError(f"model directory {directory} lacks {required}")

@@ -28,6 +28,7 @@ from gpu_worker.constraints import (
     SkeletonText,
     TokenTable,
     build_choices,
+    pattern_constraint,
     schema_skeleton,
     token_table,
 )
@@ -64,6 +65,10 @@ class Piece:
     text: str | None  # the locked text (None for a hole)
     hole: int | None  # index into Canvas.holes (None for text)
     group: str | None  # the request hole owning this piece (schema skeleton text), or None
+
+    def render(self, spans: list[str]) -> str:
+        """Its locked text, or its hole span's text taken from ``spans``."""
+        return spans[self.hole] if self.hole is not None else (self.text or "")
 
 
 @dataclass
@@ -122,12 +127,12 @@ class Canvas:
         for piece in self.pieces:
             if piece.group is None:
                 continue
-            out[piece.group] += piece.text if piece.hole is None else spans[piece.hole]
+            out[piece.group] += piece.render(spans)
         return out
 
     def document(self, ids: torch.Tensor, tokenizer: StencilTokenizer) -> str:
         spans = self.span_texts(ids, tokenizer)
-        return "".join(p.text if p.hole is None else spans[p.hole] for p in self.pieces)
+        return "".join(piece.render(spans) for piece in self.pieces)
 
     def filled_ids(self, fills: dict[str, str], tokenizer: StencilTokenizer) -> list[int]:
         """The canvas's token ids with each hole span holding ``fills[span name]`` (no masks).
@@ -213,9 +218,7 @@ def build_canvas(
     return _tokenize(items, groups, tokenizer, table, max_len)
 
 
-def _flatten_segment(
-    index: int, segment: Any, groups: dict[str, dict[str, Any]]
-) -> list[_Item]:
+def _flatten_segment(index: int, segment: Any, groups: dict[str, dict[str, Any]]) -> list[_Item]:
     where = f"segments[{index}]"
     if not isinstance(segment, dict):
         raise ValueError(f"{where} must be an object with 'text' or 'hole', got {segment!r}")
@@ -338,20 +341,23 @@ def _hole_constraint(
     """The decoding-time constraint of a hole span and its number of positions."""
     spec = item.spec
     if "choices" in spec:
+        # The choices fix the hole's length (their longest, in tokens); max_tokens, a guess
+        # made without the tokenizer, neither cuts a choice nor adds pad positions.
         choice = build_choices(spec["choices"], tokenizer, prefix=prefix, hole=item.name)
-        longest = max(len(c) for c in choice.candidates)
-        if item.max_len and item.max_len < longest:
-            raise ValueError(
-                f"hole {item.name!r}: max_tokens={item.max_len} but its longest choice "
-                f"needs {longest} tokens"
-            )
-        return choice, item.max_len or longest
+        return choice, max(len(c) for c in choice.candidates)
     if "pattern" in spec:
+        if not isinstance(spec["pattern"], str):
+            raise ValueError(f"hole {item.name!r}: pattern={spec['pattern']!r} must be a string")
         try:
-            pattern = PatternConstraint(spec["pattern"], table, prefix=prefix)
+            pattern = pattern_constraint(spec["pattern"], table, prefix)
         except ValueError as exc:
             raise ValueError(f"hole {item.name!r}: {exc}") from None
         needed = pattern.min_tokens()
+        if needed == float("inf"):
+            raise ValueError(
+                f"hole {item.name!r}: no sequence of the tokenizer's tokens matches "
+                f"pattern {spec['pattern']!r}"
+            )
         if needed > item.max_len:
             raise ValueError(
                 f"hole {item.name!r}: pattern {spec['pattern']!r} needs at least {needed} "

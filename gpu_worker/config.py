@@ -126,9 +126,7 @@ def _coerce_fields(data: dict[str, Any]) -> dict[str, Any]:
     defaults = _field_types()
     unknown = sorted(set(data) - set(defaults))
     if unknown:
-        raise ValueError(
-            f"unknown sampler field(s) {unknown}; known fields: {sorted(defaults)}"
-        )
+        raise ValueError(f"unknown sampler field(s) {unknown}; known fields: {sorted(defaults)}")
     out: dict[str, Any] = {}
     for name, value in data.items():
         default = defaults[name]

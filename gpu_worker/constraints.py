@@ -45,9 +45,7 @@ class CharSet:
 
     def __contains__(self, ch: str) -> bool:
         code = ord(ch)
-        hit = any(
-            any(lo <= code <= hi for lo, hi in ranges) != neg for ranges, neg in self.items
-        )
+        hit = any(any(lo <= code <= hi for lo, hi in ranges) != neg for ranges, neg in self.items)
         return hit != self.negated
 
     @staticmethod
@@ -433,7 +431,7 @@ def _compiled(pattern: str) -> CharAutomaton:
 
 
 # -- the tokenizer's vocabulary as text ------------------------------------------------------------
-@dataclass
+@dataclass(eq=False)  # hashed by identity: one table per tokenizer, a cache key
 class TokenTable:
     """Each token's decoded text, a trie over the texts, and the single-character tokens."""
 
@@ -562,6 +560,12 @@ class PatternConstraint:
         return self._allowed[key]
 
 
+@functools.lru_cache(maxsize=256)
+def pattern_constraint(pattern: str, table: TokenTable, prefix: str = "") -> PatternConstraint:
+    """A shared PatternConstraint: its automaton and token masks are built once per process."""
+    return PatternConstraint(pattern, table, prefix=prefix)
+
+
 @dataclass(frozen=True)
 class ChoiceConstraint:
     """The hole is exactly one of ``choices``; candidates are their token ids (prefix included)."""
@@ -631,7 +635,7 @@ def schema_skeleton(
     except jsonschema.SchemaError as exc:
         raise ValueError(f"hole {hole!r}: invalid JSON Schema: {exc.message}") from None
     if schema.get("type") != "object":
-        raise ValueError(f"hole {hole!r}: a schema hole must have \"type\": \"object\"")
+        raise ValueError(f'hole {hole!r}: a schema hole must have "type": "object"')
     pieces: list[SkeletonPiece] = []
     _skeleton(schema, "", hole, max_tokens, pieces)
     merged: list[SkeletonPiece] = []
@@ -696,6 +700,7 @@ __all__ = [
     "TokenTable",
     "build_choices",
     "parse_pattern",
+    "pattern_constraint",
     "pattern_fullmatch",
     "schema_skeleton",
     "token_table",

@@ -28,7 +28,7 @@ import torch
 from gpu_worker.backends import LoadedModel
 from gpu_worker.canvas import parse_canvas
 from gpu_worker.config import SamplerConfig, config_from_overrides
-from gpu_worker.sampler import StepInfo, denoise
+from gpu_worker.sampler import StepInfo, denoise, model_int
 from gpu_worker.validation import validate
 
 DEFAULT_MODEL_DIR = Path("models/stencil-denoiser")
@@ -109,6 +109,7 @@ def infill_request(
     on_step: Callable[[dict[str, Any]], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     device: str | torch.device | None = None,
+    on_snapshot: Callable[[int, dict[str, str]], None] | None = None,
 ) -> InfillOutcome:
     """Fill ``request`` (Canvas JSON) with ``loaded``'s denoiser.
 
@@ -116,6 +117,8 @@ def infill_request(
     ``sampler`` object gives the overrides of a preset (``"preset"`` key, default
     "balanced"). ``on_step`` receives each trace entry (a dict, see :func:`trace_entry`);
     ``should_stop`` is asked once per step. ``device`` moves the network there first.
+    ``on_snapshot(step, hole texts so far)`` gets the provisional text (masks left out) for
+    live previews and diagnostic sampling; that text is never put in the trace.
     Raises ``ValueError`` for a bad request; validation failures are in ``violations``.
     """
     started = time.perf_counter()
@@ -126,7 +129,10 @@ def infill_request(
         network.to(torch.device(device))
     run_device = next(network.parameters()).device
     canvas = parse_canvas(
-        request, loaded.tokenizer, max_len=int(network.max_len), vocab_size=_vocab_size(loaded)
+        request,
+        loaded.tokenizer,
+        max_len=model_int(network, "max_len"),
+        vocab_size=_vocab_size(loaded),
     )
     cfg = config if config is not None else _config_from_request(canvas.sampler)
     encoded = time.perf_counter()
@@ -138,6 +144,8 @@ def infill_request(
         entries.append(entry)
         if on_step is not None:
             on_step(entry)
+        if on_snapshot is not None:
+            on_snapshot(info.step, canvas.hole_texts(info.ids, loaded.tokenizer))
 
     generator = torch.Generator(device=run_device).manual_seed(canvas.seed)
     result = denoise(network, canvas, cfg, generator, on_step=record, should_stop=should_stop)

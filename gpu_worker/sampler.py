@@ -24,6 +24,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -46,6 +47,7 @@ class StepInfo:
     remasked: list[int]  # positions re-masked this step, ascending
     confidence: dict[str, float]  # min / mean / max probability of the step's decisions, n
     canvas_sha256: str  # sha256 of the canvas ids (int64 bytes) after the step
+    ids: torch.Tensor  # [L] long on CPU: the canvas after the step (live preview; not hashed)
     masked_left: int  # masked positions left in the whole canvas after the step
     flush: bool  # True for the last pass of an exhausted step budget (commits everything)
     forward_ms: float  # wall time of the (batched) forward pass
@@ -132,7 +134,7 @@ def denoise_batch(
     _check_inputs(model, canvases, config, generators)
     device = _model_device(model)
     length = max(c.length for c in canvases)
-    ids = torch.full((len(canvases), length), int(model.pad_id), dtype=torch.long)
+    ids = torch.full((len(canvases), length), model_int(model, "pad_id"), dtype=torch.long)
     attention = torch.zeros((len(canvases), length), dtype=torch.bool)
     for b, canvas in enumerate(canvases):
         ids[b, : canvas.length] = canvas.ids
@@ -153,8 +155,8 @@ def denoise_batch(
         )
         logits, start, cache = _forward(model, ids, attention, config, rows, active, full, cache)
         forward_ms = (time.perf_counter() - started) * 1000
-        for b in active:
-            info = _row_step(rows[b], logits[b], start, config, full, forward_ms, started)
+        for i, b in enumerate(active):
+            info = _row_step(rows[b], logits[i], start, config, forward_ms, started)
             if on_step is not None:
                 on_step(b, info)
     return [_result(row) for row in rows]
@@ -180,15 +182,22 @@ def _check_inputs(
         if not isinstance(g, torch.Generator):
             raise ValueError(f"generator={g!r} must be a torch.Generator")
     for canvas in canvases:
-        if canvas.mask_id != model.mask_id:
+        mask_id, max_len = model_int(model, "mask_id"), model_int(model, "max_len")
+        if canvas.mask_id != mask_id:
             raise ValueError(
                 f"canvas mask id {canvas.mask_id} differs from the model's mask_id "
-                f"{model.mask_id}: the canvas was built with another tokenizer"
+                f"{mask_id}: the canvas was built with another tokenizer"
             )
-        if canvas.length > model.max_len:
-            raise ValueError(f"canvas length {canvas.length} exceeds max_len={model.max_len}")
+        if canvas.length > max_len:
+            raise ValueError(f"canvas length {canvas.length} exceeds max_len={max_len}")
     if config.cache == "dual" and not hasattr(model, "forward_window"):
         raise ValueError("cache='dual' needs a model with forward_window(); use cache='none'")
+
+
+def model_int(model: torch.nn.Module, name: str) -> int:
+    """An integer property of the backend protocol (mask_id, pad_id, eos_id, max_len)."""
+    value = getattr(model, name)
+    return int(value)
 
 
 def _model_device(model: torch.nn.Module) -> torch.device:
@@ -272,24 +281,39 @@ def _forward(
     full: bool,
     cache: object | None,
 ) -> tuple[torch.Tensor, int, object | None]:
-    """Logits [B, W, V] (float32) of the window starting at ``start``, and the cache."""
+    """Logits [len(active), W, V] (float32, in ``active`` order) of the window starting at
+    ``start``, and the cache. Without the cache only the active rows run, cut to their
+    longest canvas; the dual cache keeps every row so its tensors stay aligned."""
+    windowed: Any = model  # forward_window is outside the minimal backend protocol
+    index = torch.tensor(active, device=ids.device)
     with _precision(config, ids.device), torch.no_grad():
         if config.cache == "none":
-            return model(ids, attention_mask=attention).float(), 0, None
+            length = max(rows[b].canvas.length for b in active)
+            logits = model(ids[index, :length], attention_mask=attention[index, :length])
+            return _synced(logits), 0, None
         if full:  # refresh the dual cache: every position's keys and values
-            logits, cache = model.forward_window(ids, attention_mask=attention, write_cache=True)
+            logits, cache = windowed.forward_window(ids, attention_mask=attention, write_cache=True)
             for b in active:
                 rows[b].needs_refresh = False
-            return logits.float(), 0, cache
+            return _synced(logits[index]), 0, cache
         start = min(int(rows[b].blocks[rows[b].block].min()) for b in active)
         end = max(int(rows[b].blocks[rows[b].block].max()) + 1 for b in active)
-        logits, _ = model.forward_window(
+        logits, _ = windowed.forward_window(
             ids[:, start:end], start=start, cache=cache, attention_mask=attention
         )
-        return logits.float(), start, cache
+        return _synced(logits[index]), start, cache
 
 
-def _precision(config: SamplerConfig, device: torch.device) -> contextlib.AbstractContextManager[None]:
+def _synced(logits: torch.Tensor) -> torch.Tensor:
+    """float32 logits, after the device has finished (so forward timings are true)."""
+    if logits.device.type == "cuda":
+        torch.cuda.synchronize(logits.device)
+    return logits.float()
+
+
+def _precision(
+    config: SamplerConfig, device: torch.device
+) -> contextlib.AbstractContextManager[None]:
     if config.precision == "bf16":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
@@ -301,11 +325,11 @@ def _row_step(
     logits: torch.Tensor,  # [W, V] the row's window logits
     start: int,
     config: SamplerConfig,
-    full: bool,
     forward_ms: float,
     started: float,
 ) -> StepInfo:
     flush = _is_flush(row, config)
+    block = row.block
     if flush:
         committed, padded, probs = _flush(row, logits, start, config)
         remasked: list[int] = []
@@ -325,12 +349,13 @@ def _row_step(
         _strip_tails(row)
     info = StepInfo(
         step=row.steps - 1,
-        block=min(row.block, len(row.blocks) - 1),
+        block=block,
         committed=sorted(committed),
         padded=sorted(padded),
         remasked=sorted(remasked),
         confidence=_summary(probs),
         canvas_sha256=canvas_sha256(row.x),
+        ids=row.x.detach().to("cpu", copy=True),
         masked_left=int((row.x == row.canvas.mask_id).sum()),
         flush=flush,
         forward_ms=forward_ms,
@@ -564,7 +589,9 @@ def _remask(row: _Row, config: SamplerConfig, just_committed: list[int]) -> list
         & (row.confidence[block] < config.remask_below)
         & ~row.canvas.protect.to(block.device)[block]
     ]
-    free = [p for p in candidates.tolist() if row.canvas.holes[int(row.hole_of[p])].constraint is None]
+    free = [
+        p for p in candidates.tolist() if row.canvas.holes[int(row.hole_of[p])].constraint is None
+    ]
     if not free:
         return []
     chosen_t = torch.tensor(free, dtype=torch.long, device=block.device)

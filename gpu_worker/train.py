@@ -128,18 +128,31 @@ def pick_holes(doc: Document, rng: random.Random, cfg: TrainConfig) -> list[Span
     return chosen
 
 
+def mask_exactly(
+    positions: list[int], t: float, rng: random.Random
+) -> tuple[set[int], float]:
+    """A random subset of round(t * n) >= 1 positions, and its loss weight 1 / (t_eff * n).
+
+    Masking an exact count (t_eff = k / n) instead of flipping a coin per position keeps the
+    1/t-weighted loss from exploding when a small t masks one token by chance; the weight is
+    still 1/t of the realised mask ratio, so the objective stays the masked-diffusion ELBO.
+    """
+    k = min(len(positions), max(1, round(t * len(positions))))
+    return set(rng.sample(positions, k)), 1.0 / k
+
+
 def denoiser_example(
-    doc: Document, encode: Encoder, rng: random.Random, cfg: TrainConfig, mc: ModelConfig
-) -> Example:
-    t = rng.uniform(cfg.min_t, 1.0)
+    doc: Document, encode: Encoder, rng: random.Random, cfg: TrainConfig, mc: ModelConfig,
+    *, stratum: tuple[int, int] = (0, 1),
+) -> Example:  # fmt: skip
+    """``stratum`` (row, rows): t is drawn from that slice of (0, 1), so a batch covers it."""
+    row, rows = stratum
+    t = max(cfg.min_t, (row + rng.random()) / rows)
     if rng.random() >= cfg.hole_fraction:
         ids = encode(doc.text)[: cfg.max_len]
-        masked = [rng.random() < t for _ in ids]
-        if not any(masked):
-            masked[rng.randrange(len(ids))] = True
-        w = 1.0 / (t * len(ids))
-        inputs = [mc.mask_id if m else x for x, m in zip(ids, masked, strict=True)]
-        weights = [w if m else 0.0 for m in masked]
+        chosen, w = mask_exactly(list(range(len(ids))), t, rng)
+        inputs = [mc.mask_id if p in chosen else x for p, x in enumerate(ids)]
+        weights = [w if p in chosen else 0.0 for p in range(len(ids))]
         return Example(inputs, ids, weights, "uniform")
     holes = pick_holes(doc, rng, cfg)
     ids, ranges = tokenize_with_holes(doc, holes, encode)
@@ -158,8 +171,7 @@ def denoiser_example(
     in_hole += [False] * (len(ids) - cursor)
     targets, in_hole = targets[: cfg.max_len], in_hole[: cfg.max_len]
     positions = [p for p, h in enumerate(in_hole) if h] or [rng.randrange(len(targets))]
-    masked = {p for p in positions if rng.random() < t} or {rng.choice(positions)}
-    w = 1.0 / (t * len(positions))
+    masked, w = mask_exactly(positions, t, rng)
     weights = [w if p in masked else 0.0 for p in range(len(targets))]
     inputs = [mc.mask_id if p in masked else x for p, x in enumerate(targets)]
     return Example(inputs, targets, weights, "holes")
@@ -224,8 +236,11 @@ def make_batch(
     for row in range(cfg.batch_size):
         doc = document_at(split, step * cfg.batch_size + row)  # type: ignore[arg-type]
         rng = random.Random(f"{cfg.seed}:{split}:{step}:{row}")
-        make = denoiser_example if cfg.kind == "denoiser" else fim_example
-        examples.append(make(doc, tok.encode, rng, cfg, mc))
+        if cfg.kind == "denoiser":
+            stratum = (row, cfg.batch_size)
+            examples.append(denoiser_example(doc, tok.encode, rng, cfg, mc, stratum=stratum))
+        else:
+            examples.append(fim_example(doc, tok.encode, rng, cfg, mc))
     return collate(examples, mc.pad_id)
 
 
@@ -282,6 +297,30 @@ class TrainState:
     log: list[dict[str, float]] = field(default_factory=list)
 
 
+BUDGET_MARGIN = 0.93  # share of --minutes planned for steps (evaluations take the rest)
+RECALIBRATE_UNTIL = 0.6  # the step count is re-estimated until this share of it is done
+
+
+def _budget_steps(state: TrainState, minutes: float, *, recalibrate: bool) -> int:
+    """The step count a ``--minutes`` budget allows at the speed measured so far.
+
+    Re-estimated every 50 steps while under 60% done (a shared CPU changes speed), then
+    frozen so the learning-rate schedule can finish; cut short if the budget runs out. The
+    count is recorded, and ``--steps`` with it reproduces the run exactly.
+    """
+    budget = minutes * 60 * BUDGET_MARGIN
+    if not state.total_steps and not recalibrate:
+        return 0  # still measuring the speed
+    if state.seconds >= minutes * 60:
+        return state.step  # out of time: this step is the last
+    frozen = state.total_steps and state.step >= RECALIBRATE_UNTIL * state.total_steps
+    if state.total_steps and (frozen or not recalibrate):
+        return state.total_steps
+    recent = state.log[-50:]
+    per_step = (recent[-1]["seconds"] - recent[0]["seconds"]) / max(1, len(recent) - 1)
+    return max(state.step + 1, int(state.step + (budget - state.seconds) / max(per_step, 1e-6)))
+
+
 def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
@@ -320,8 +359,10 @@ def train(
     bf16: bool = True,
     progress: bool = True,
     probe_docs: int = 48,
+    max_new_steps: int | None = None,
 ) -> tuple[StencilTransformer, TrainState]:
-    """Train (or resume from ``checkpoint``) until the step budget is spent."""
+    """Train (or resume from ``checkpoint``) until the step budget is spent, or for at most
+    ``max_new_steps`` steps in this call (the checkpoint then resumes the same run)."""
     from tqdm import tqdm
 
     if steps is None and minutes is None:
@@ -343,8 +384,11 @@ def train(
     flops_per_token = count_flops_per_token(mc, cfg.max_len // 2)
     bar = tqdm(total=state.total_steps or None, initial=state.step, disable=not progress,
                desc=f"train {cfg.kind}", unit="step")  # fmt: skip
-    started = time.time()
+    first_step = state.step
     while state.total_steps == 0 or state.step < state.total_steps:
+        if max_new_steps is not None and state.step - first_step >= max_new_steps:
+            _save_checkpoint(checkpoint, model, opt, state)
+            break
         t0 = time.time()
         model.train()
         batch = make_batch(state.step, cfg, mc, tok)
@@ -360,10 +404,8 @@ def train(
         state.seconds += time.time() - t0
         entry = {"step": state.step, "tokens": state.tokens, "loss": loss.item(),
                  "seconds": state.seconds}  # fmt: skip
-        if state.total_steps == 0 and state.step == 20 and minutes is not None:
-            # Calibrate once; the schedule (and so the run) is then fixed by the step count.
-            per_step = (time.time() - started) / 20
-            state.total_steps = max(40, int(minutes * 60 / per_step * 0.93))
+        if minutes is not None and steps is None:
+            state.total_steps = _budget_steps(state, minutes, recalibrate=state.step % 50 == 20)
             bar.total = state.total_steps
         if state.total_steps and (state.step % cfg.eval_every == 0 or state.step == state.total_steps):
             model.eval()

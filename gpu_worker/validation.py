@@ -99,11 +99,13 @@ def _expected_document(
                 parts.append(texts[piece.group])
                 emitted.add(piece.group)
         else:
-            parts.append(piece.text if piece.hole is None else spans[piece.hole])
+            parts.append(piece.render(spans))
     return "".join(parts)
 
 
-def _check_tokens(canvas: Canvas, ids: torch.Tensor, tokenizer: StencilTokenizer) -> list[Violation]:
+def _check_tokens(
+    canvas: Canvas, ids: torch.Tensor, tokenizer: StencilTokenizer
+) -> list[Violation]:
     out: list[Violation] = []
     if bool((ids == canvas.mask_id).any()):
         count = int((ids == canvas.mask_id).sum())

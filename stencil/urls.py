@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from drafting import api
+from drafting import metrics as _metrics  # noqa: F401  (registers Stencil's metrics)
 from drafting.urls import api_urlpatterns
 
 

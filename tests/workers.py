@@ -107,23 +107,24 @@ def worker_start(*, name: str, broker_url: str, var_dir: Path, queue_prefix: str
 @contextmanager
 def producer_broker(app: Celery, broker_url: str, queue_prefix: str) -> Iterator[None]:
     """Send this process's tasks to ``broker_url`` and prefixed queues while inside."""
-    saved = (app.conf.broker_url, app.conf.task_default_queue, app.conf.task_routes)
+    from django.test import override_settings
+
+    # Celery reads CELERY_BROKER_URL from the environment before its own setting; the write
+    # URL setting comes first of all, so producers switch through it.
+    saved = app.conf.get("broker_write_url")
     _reset_pools(app)
-    app.conf.broker_url = broker_url
-    app.conf.task_default_queue = f"{queue_prefix}denoise"
-    app.conf.task_routes = {
-        "gpu_worker.tasks.run_infill": {"queue": f"{queue_prefix}denoise"},
-        "gpu_worker.tasks.run_replay": {"queue": f"{queue_prefix}audit"},
-    }
+    app.conf.broker_write_url = broker_url
+    queues = {f"QUEUE_{q.upper()}": f"{queue_prefix}{q}" for q in ("denoise", "ar", "audit")}
     try:
-        yield
+        with override_settings(**queues):
+            yield
     finally:
         _reset_pools(app)
-        app.conf.broker_url, app.conf.task_default_queue, app.conf.task_routes = saved
+        app.conf.broker_write_url = saved
 
 
 def _reset_pools(app: Celery) -> None:
-    app.pool.force_close_all()
+    # Pools are kombu globals keyed by connection: forget ours, close none (others share them).
     app._pool = None
     app.amqp._producer_pool = None
 

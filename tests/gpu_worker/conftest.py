@@ -11,6 +11,8 @@ import torch
 from gpu_worker.model import ModelConfig, StencilTransformer, save_model
 from gpu_worker.tokenizer import StencilTokenizer
 
+torch.set_num_threads(1)  # tiny models: threads only add contention on a shared CPU
+
 NAMES = ["Alice", "Bob", "Dr Smith", "Maria", "Chen", "Olga", "Ravi", "Zoe"]
 PLACES = ["London", "the clinic", "Paris", "our office", "Room 12", "the lab"]
 ACTS = ["seeing", "meeting", "calling", "visiting", "thanking", "helping"]
@@ -33,7 +35,9 @@ def tokenizer() -> StencilTokenizer:
     return StencilTokenizer.train(corpus(), vocab_size=400)
 
 
-def make_model(tokenizer: StencilTokenizer, *, seed: int = 0, max_len: int = 160) -> StencilTransformer:
+def make_model(
+    tokenizer: StencilTokenizer, *, seed: int = 0, max_len: int = 160
+) -> StencilTransformer:
     """A tiny bidirectional denoiser with peaky random logits (so rules commit differently)."""
     special = tokenizer.special
     cfg = ModelConfig(

@@ -28,6 +28,6 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=True))
         else:
-            self.stdout.write(f"run {run.pk}: {report.summary()}")
+            self.stdout.write(f"run {run.pk}: {report.summary}")
         if not report.identical:
             raise CommandError("replay diverged")

@@ -1,0 +1,283 @@
+"""Sampler benchmark: speed and quality of commit rules, the dual cache, batching, precision.
+
+Not a test: it measures and writes ``bench/sampler/results.json``, ``REPORT.md`` and Pareto
+plots (when matplotlib is installed). Cases come from the model issue's evaluation set
+(``gpu_worker.evaluate.build_cases`` over the test split), so numbers compare across issues.
+
+    python bench/sampler_bench.py [--model models/stencil-denoiser] [--ar-model models/stencil-ar]
+                                  [--cases 6] [--docs 3] [--out bench/sampler]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpu_worker.backends import LoadedModel, load_backend  # noqa: E402
+from gpu_worker.canvas import parse_canvas  # noqa: E402
+from gpu_worker.config import SamplerConfig  # noqa: E402
+from gpu_worker.infill import infill_request  # noqa: E402
+from gpu_worker.sampler import denoise_batch  # noqa: E402
+
+KINDS = ("entity_right", "sentence", "number_date", "choice", "json_value")
+TAUS = (0.5, 0.7, 0.9, 0.95)
+BLOCK = 32
+
+
+def sampler_grid() -> dict[str, SamplerConfig]:
+    """The configurations compared at batch 1."""
+    even = SamplerConfig(commit_rule="even", block_length=BLOCK, steps_per_block=BLOCK)
+    grid = {"even-1/step": even, "even-1/step+cache": even.replace(cache="dual")}
+    for tau in TAUS:
+        threshold = SamplerConfig(commit_rule="threshold", threshold=tau, block_length=BLOCK)
+        grid[f"threshold-{tau}"] = threshold
+        grid[f"threshold-{tau}+cache"] = threshold.replace(cache="dual")
+    return grid
+
+
+@dataclass
+class Case:
+    request: dict[str, Any]
+    targets: dict[str, str]  # hole name -> reference text
+
+
+def eval_cases(loaded: LoadedModel, per_kind: int) -> list[Case]:
+    from gpu_worker.evaluate import build_cases
+
+    cases = []
+    for kind in KINDS:
+        for case in build_cases(kind, per_kind, loaded.tokenizer.encode):
+            cases.append(Case(case.request(), {h.name: h.target for h in case.holes}))
+    return cases
+
+
+def document_cases(loaded: LoadedModel, docs: int, holes: int = 8) -> list[Case]:
+    """Whole documents with ``holes`` or more of their annotated spans cut out."""
+    from gpu_worker.corpus import document_at
+
+    out: list[Case] = []
+    index = 0
+    while len(out) < docs and index < 500:
+        doc = document_at("test", index)
+        index += 1
+        spans, cursor = [], 0
+        for span in sorted(doc.spans, key=lambda s: s.start):
+            if span.start >= cursor and span.kind != "sentence" and span.end > span.start:
+                spans.append(span)
+                cursor = span.end
+        if len(spans) < holes:
+            continue
+        segments: list[dict[str, Any]] = []
+        targets: dict[str, str] = {}
+        cursor = 0
+        for i, span in enumerate(spans):
+            segments.append({"text": doc.text[cursor : span.start]})
+            target = doc.text[span.start : span.end]
+            n = len(loaded.tokenizer.encode(" " + target))
+            hole: dict[str, Any] = {"hole": f"h{i}", "max_tokens": n + max(3, n // 2)}
+            if span.constraint() is not None:
+                hole["constraint"] = span.constraint()
+            segments.append(hole)
+            targets[f"h{i}"] = target
+            cursor = span.end
+        segments.append({"text": doc.text[cursor:]})
+        request = {"segments": [s for s in segments if s.get("text") != ""], "seed": 0}
+        out.append(Case(request, targets))
+    return out
+
+
+def exact(holes: dict[str, str], targets: dict[str, str]) -> float:
+    return statistics.mean(float(holes.get(k, "").strip() == v.strip()) for k, v in targets.items())
+
+
+def run_route(route: Callable[[dict[str, Any]], Any], cases: list[Case]) -> dict[str, float]:
+    """Quality and cost of one route over the cases, one request at a time."""
+    em, valid, passes, seconds, per_hole, committed, forward_ms, step_ms = ([] for _ in range(8))
+    for case in cases:
+        started = time.perf_counter()
+        outcome = route(case.request)
+        wall = time.perf_counter() - started
+        em.append(exact(outcome.holes, case.targets))
+        valid.append(float(not outcome.violations))
+        passes.append(outcome.forward_passes)
+        seconds.append(wall)
+        per_hole.append(wall / len(case.targets))
+        committed.append(sum(int(e.get("committed", 0)) + int(e.get("padded", 0))
+                             for e in outcome.trace))  # fmt: skip
+        forward_ms.append(sum(float(e.get("forward_ms", 0.0)) for e in outcome.trace))
+        step_ms.append(sum(float(e.get("step_ms", 0.0)) for e in outcome.trace))
+    total_step = sum(step_ms)
+    return {
+        "cases": len(cases),
+        "exact_match": statistics.mean(em),
+        "validity": statistics.mean(valid),
+        "forward_passes": statistics.mean(passes),
+        "tokens_per_forward": sum(committed) / max(1, sum(passes)),
+        "seconds_per_case": statistics.mean(seconds),
+        "seconds_per_hole": statistics.mean(per_hole),
+        "outside_forward_share": (1 - sum(forward_ms) / total_step) if total_step else 0.0,
+    }
+
+
+def run_batched(
+    loaded: LoadedModel, cases: list[Case], config: SamplerConfig, batch: int
+) -> dict[str, float]:
+    """Cases in batches of ``batch`` through denoise_batch."""
+    network, tok = loaded.network, loaded.tokenizer
+    vocab = int(getattr(network, "config").vocab_size)
+    em, passes = [], []
+    started = time.perf_counter()
+    for i in range(0, len(cases), batch):
+        chunk = cases[i : i + batch]
+        canvases = [
+            parse_canvas(c.request, tok, max_len=network.max_len, vocab_size=vocab) for c in chunk
+        ]
+        generators = [torch.Generator().manual_seed(c.seed) for c in canvases]
+        for case, result in zip(
+            chunk, denoise_batch(network, canvases, config, generators), strict=True
+        ):
+            em.append(exact(result.hole_texts, case.targets))
+            passes.append(result.forward_passes)
+    wall = time.perf_counter() - started
+    return {"batch": batch, "exact_match": statistics.mean(em), "forward_passes": statistics.mean(passes),
+            "seconds_per_case": wall / len(cases)}  # fmt: skip
+
+
+def precision_study(
+    loaded: LoadedModel, cases: list[Case], config: SamplerConfig
+) -> dict[str, Any]:
+    """fp32 vs bf16 over whole trajectories: differing outputs and the first divergent step."""
+    differ, first_steps, validity = 0, [], {"fp32": [], "bf16": []}
+    for case in cases:
+        runs = {p: infill_request(loaded, case.request, config=config.replace(precision=p))
+                for p in ("fp32", "bf16")}  # fmt: skip
+        for p, outcome in runs.items():
+            validity[p].append(float(not outcome.violations))
+        a, b = runs["fp32"], runs["bf16"]
+        differ += int(a.document != b.document)
+        hashes = zip(
+            [e["canvas_sha256"] for e in a.trace],
+            [e["canvas_sha256"] for e in b.trace],
+            strict=False,
+        )
+        first = next((i for i, (x, y) in enumerate(hashes) if x != y), None)
+        if first is not None:
+            first_steps.append(first)
+    return {
+        "runs": len(cases),
+        "share_final_text_differs": differ / len(cases),
+        "first_divergent_step_median": statistics.median(first_steps) if first_steps else None,
+        "validity_fp32": statistics.mean(validity["fp32"]),
+        "validity_bf16": statistics.mean(validity["bf16"]),
+    }
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [
+        "# Sampler benchmark", "",
+        f"Model `{results['model']['name']}` (placeholder={results['model']['placeholder']}), "
+        f"{results['cases']} cases, device {results['device']}, torch {results['torch']}.", "",
+        "| config | EM | valid | fwd passes | tok/fwd | s/case | s/hole | outside fwd |",
+        "|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for name, r in results["batch1"].items():
+        lines.append(f"| {name} | {r['exact_match']:.3f} | {r['validity']:.2f} | {r['forward_passes']:.1f} | "
+                     f"{r['tokens_per_forward']:.2f} | {r['seconds_per_case']:.3f} | "
+                     f"{r['seconds_per_hole']:.3f} | {r['outside_forward_share']:.1%} |")  # fmt: skip
+    lines += ["", "| batched config | batch | EM | fwd passes | s/case |", "|---|---|---|---|---|"]
+    for r in results["batched"]:
+        lines.append(f"| {r['config']} | {r['batch']} | {r['exact_match']:.3f} | "
+                     f"{r['forward_passes']:.1f} | {r['seconds_per_case']:.3f} |")  # fmt: skip
+    lines += ["", "Precision (fp32 vs bf16 trajectories): " + json.dumps(results["precision"])]
+    if results.get("documents"):
+        lines += ["", "Whole documents (8+ holes): " + json.dumps(results["documents"])]
+    return "\n".join(lines) + "\n"
+
+
+def plots(results: dict[str, Any], out: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    for x_key, name in (("seconds_per_case", "wall"), ("forward_passes", "passes")):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for label, r in results["batch1"].items():
+            ax.scatter(r[x_key], r["exact_match"])
+            ax.annotate(label, (r[x_key], r["exact_match"]), fontsize=7)
+        ax.set_xlabel(x_key)
+        ax.set_ylabel("exact match")
+        fig.tight_layout()
+        fig.savefig(out / f"pareto_{name}.png", dpi=120)
+        plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="models/stencil-denoiser")
+    parser.add_argument("--ar-model", default="models/stencil-ar")
+    parser.add_argument("--cases", type=int, default=6, help="cases per hole kind")
+    parser.add_argument("--docs", type=int, default=3, help="whole documents with 8+ holes")
+    parser.add_argument("--out", default="bench/sampler")
+    args = parser.parse_args(argv)
+    loaded = load_backend(Path(args.model))
+    cases = eval_cases(loaded, args.cases)
+    results: dict[str, Any] = {
+        "model": {"name": loaded.name, "placeholder": loaded.placeholder,
+                  "weights_sha256": loaded.weights_sha256},
+        "cases": len(cases), "device": "cpu", "torch": torch.__version__,
+        "python": platform.python_version(), "threads": torch.get_num_threads(),
+    }  # fmt: skip
+    grid = sampler_grid()
+    results["batch1"] = {
+        name: run_route(lambda r, c=config: infill_request(loaded, r, config=c), cases)
+        for name, config in grid.items()
+    }
+    results["batched"] = [
+        {"config": name, **run_batched(loaded, cases, grid[name], batch)}
+        for name in ("threshold-0.9", "threshold-0.9+cache") for batch in (1, 4, 8)
+    ]  # fmt: skip
+    results["precision"] = precision_study(loaded, cases, grid["threshold-0.9"])
+    ar_dir = Path(args.ar_model)
+    documents = document_cases(loaded, args.docs)
+    if documents:
+        results["documents"] = {"denoiser": run_route(
+            lambda r: infill_request(loaded, r, config=grid["threshold-0.9+cache"]), documents)}  # fmt: skip
+    if (ar_dir / "model.safetensors").is_file():
+        from gpu_worker.ar import infill_request_ar
+
+        ar = load_backend(ar_dir)
+        results["ar_fim"] = run_route(lambda r: infill_request_ar(ar, r), cases)
+        if documents:
+            results["documents"]["ar_fim"] = run_route(
+                lambda r: infill_request_ar(ar, r), documents
+            )
+            d, a = results["documents"]["denoiser"], results["documents"]["ar_fim"]
+            results["documents"]["wall_ratio_denoiser_over_ar"] = (
+                d["seconds_per_case"] / a["seconds_per_case"]
+            )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "REPORT.md").write_text(markdown(results))
+    plots(results, out)
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

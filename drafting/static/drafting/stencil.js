@@ -1,0 +1,242 @@
+// Stencil pages: autosave, span selection, live progress, double-submit guard. No dependencies.
+(function () {
+  "use strict";
+
+  function csrfToken() {
+    var input = document.querySelector("input[name=csrfmiddlewaretoken]");
+    return input ? input.value : "";
+  }
+
+  function sendJson(method, url, body) {
+    return fetch(url, {
+      method: method,
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken(), "Accept": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  }
+
+  // -- autosave of the form values (PATCH /api/v1/drafts/<id>) ------------------------------
+  function setupAutosave(form) {
+    var url = form.dataset.autosaveUrl;
+    var status = document.getElementById("autosave-status");
+    var timer = null;
+    var inflight = false;
+    var again = false;
+
+    function values() {
+      var out = {};
+      form.querySelectorAll("input[name], textarea[name], select[name]").forEach(function (el) {
+        if (el.name !== "csrfmiddlewaretoken" && el.type !== "hidden") { out[el.name] = el.value; }
+      });
+      return out;
+    }
+
+    function showErrors(errors) {
+      form.querySelectorAll("[data-error-for]").forEach(function (p) {
+        var name = p.dataset.errorFor;
+        var message = errors[name] || "";
+        p.textContent = message;
+        var input = form.querySelector("[name='" + name + "']");
+        if (input) {
+          if (message) { input.setAttribute("aria-invalid", "true"); } else { input.removeAttribute("aria-invalid"); }
+          input.closest(".field").classList.toggle("invalid", !!message);
+        }
+      });
+    }
+
+    function save() {
+      if (inflight) { again = true; return; }
+      inflight = true;
+      status.textContent = "Saving…";
+      sendJson("PATCH", url, { values: values() }).then(function (response) {
+        return response.json().then(function (data) { return { ok: response.ok, data: data }; });
+      }).then(function (answer) {
+        if (answer.ok) {
+          showErrors({});
+          status.textContent = "Saved at " + new Date().toLocaleTimeString() + ".";
+        } else {
+          showErrors(answer.data.errors || {});
+          status.textContent = "Not saved: " + (answer.data.error || "please check the fields") + " Your typing is kept here.";
+        }
+      }).catch(function () {
+        status.textContent = "Not saved: the server could not be reached. Your typing is kept here.";
+      }).finally(function () {
+        inflight = false;
+        if (again) { again = false; save(); }
+      });
+    }
+
+    form.addEventListener("input", function () {
+      clearTimeout(timer);
+      status.textContent = "Unsaved changes…";
+      timer = setTimeout(save, 700);
+    });
+  }
+
+  // -- selecting a span of the document to regenerate -----------------------------------------
+  function codePoints(text) { return Array.from(text).length; }
+
+  function setupSelection(doc) {
+    var form = document.getElementById("selection-form");
+    if (!form) { return; }
+    var button = document.getElementById("sel-submit");
+    var status = document.getElementById("sel-status");
+    var idle = status.textContent;
+    var current = null;
+
+    function fragmentOf(node) {
+      var el = node && (node.nodeType === 3 ? node.parentElement : node);
+      return el ? el.closest(".document .frag") : null;
+    }
+
+    function update() {
+      var sel = window.getSelection();
+      var frag = null, start = 0, end = 0;
+      if (sel && sel.rangeCount && !sel.isCollapsed) {
+        var range = sel.getRangeAt(0);
+        var a = fragmentOf(range.startContainer), b = fragmentOf(range.endContainer);
+        if (a && a === b && !a.dataset.empty && doc.contains(a)) {
+          var text = a.textContent;
+          var s = range.startContainer.nodeType === 3 ? range.startOffset : 0;
+          var e = range.endContainer.nodeType === 3 ? range.endOffset : text.length;
+          start = codePoints(text.slice(0, s));
+          end = codePoints(text.slice(0, e));
+          if (end > start) { frag = a; }
+        } else if (a || b) {
+          status.textContent = "Select text inside one fragment (a selection cannot cross fragments).";
+        }
+      }
+      if (current && current !== frag) { current.classList.remove("selected"); }
+      current = frag;
+      if (frag) {
+        frag.classList.add("selected");
+        form.querySelector("#sel-fragment").value = frag.dataset.fragment;
+        form.querySelector("#sel-start").value = start;
+        form.querySelector("#sel-end").value = end;
+        button.disabled = false;
+        status.textContent = "Selected " + (end - start) + " characters. The model will rewrite only these.";
+      } else {
+        button.disabled = true;
+        if (!(sel && !sel.isCollapsed)) { status.textContent = idle; }
+      }
+    }
+
+    document.addEventListener("selectionchange", update);
+    form.addEventListener("submit", function () {
+      var preset = document.getElementById("preset");
+      if (preset) { form.querySelector("input[name=preset]").value = preset.value; }
+    });
+  }
+
+  // -- live progress (polls GET /api/v1/jobs/<id> every 500 ms) -------------------------------
+  var STATE_TEXT = {
+    queued: "Waiting in the queue.", running: "The model is writing.", validating: "Checking the result.",
+    succeeded: "Done: the text is ready for review.", failed: "The infill failed.", cancelled: "Cancelled.",
+  };
+  var POLL_MS = 500;
+
+  function setText(id, text) {
+    var el = document.getElementById(id);
+    if (el && el.textContent !== text) { el.textContent = text; }
+  }
+
+  function renderHoles(container, holes, labels, key, cls) {
+    Object.keys(holes).forEach(function (name) {
+      var box = container.querySelector("[data-hole='" + CSS.escape(name) + "']");
+      if (!box) {
+        box = document.createElement("div");
+        box.className = "hole";
+        box.dataset.hole = name;
+        var h = document.createElement("h3");
+        h.textContent = labels[name] || name;
+        var p = document.createElement("p");
+        p.className = cls;
+        box.appendChild(h);
+        box.appendChild(p);
+        container.appendChild(box);
+      }
+      var para = box.querySelector("p");
+      var text = holes[name][key] || "";
+      // Only touch the DOM when the text changed, so screen readers hear each addition once.
+      if (para.textContent !== text) { para.textContent = text; }
+    });
+  }
+
+  function setupProgress(section) {
+    var url = section.dataset.jobUrl;
+    var finalStates = ["succeeded", "failed", "cancelled"];
+
+    function render(job) {
+      section.dataset.state = job.state;
+      var badge = document.getElementById("job-state");
+      badge.textContent = job.state;
+      badge.className = "badge state-" + job.state;
+      setText("state-text", STATE_TEXT[job.state] + (job.cancel_requested && !job.final ? " Cancelling…" : ""));
+      setText("queue-position", job.state === "queued" ? String(job.queue_position + 1) : "—");
+      var p = job.progress;
+      setText("step", p.max_steps ? p.step + " of " + p.max_steps : "—");
+      setText("committed", Math.round(p.committed_share * 100) + "%");
+      document.getElementById("committed-bar").value = p.committed_share;
+      renderHoles(document.getElementById("stable"), p.holes, job.hole_labels, "stable", "stable-text");
+      renderHoles(document.getElementById("provisional-holes"), p.holes, job.hole_labels, "provisional", "provisional-text");
+      if (job.reasons && job.reasons.length && job.state !== "succeeded") {
+        var list = document.getElementById("reason-list");
+        list.innerHTML = "";
+        job.reasons.forEach(function (r) { var li = document.createElement("li"); li.textContent = r; list.appendChild(li); });
+        document.getElementById("reasons").hidden = false;
+      }
+      if (job.final) {
+        document.getElementById("cancel-form").hidden = true;
+        document.getElementById("provisional").hidden = job.state === "succeeded";
+        if (job.state === "succeeded") {
+          var link = document.getElementById("review-link");
+          if (link && job.urls.review) { link.hidden = false; }
+          if (!job.draft && job.result) {
+            var result = document.getElementById("result");
+            result.innerHTML = "";
+            var h = document.createElement("h2");
+            h.innerHTML = 'Result <span class="badge provisional">provisional</span>';
+            var pre = document.createElement("pre");
+            pre.className = "final";
+            pre.textContent = job.result.document;
+            result.appendChild(h);
+            result.appendChild(pre);
+            result.hidden = false;
+          }
+        }
+      }
+    }
+
+    function poll() {
+      fetch(url, { credentials: "same-origin", headers: { "Accept": "application/json" } })
+        .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
+        .then(function (job) {
+          render(job);
+          if (!job.final) { setTimeout(poll, POLL_MS); }
+        })
+        .catch(function () { setTimeout(poll, POLL_MS * 4); });
+    }
+
+    if (finalStates.indexOf(section.dataset.state) === -1) { setTimeout(poll, POLL_MS); }
+  }
+
+  // -- a form that must not be sent twice (the server's compare-and-set is the real guard) ----
+  function setupOnce(form) {
+    form.addEventListener("submit", function () {
+      form.querySelectorAll("button[type=submit]").forEach(function (b) {
+        setTimeout(function () { b.disabled = true; }, 0);
+      });
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var values = document.getElementById("values-form");
+    if (values && values.dataset.autosaveUrl) { setupAutosave(values); }
+    var doc = document.querySelector(".document[data-selectable=true]");
+    if (doc) { setupSelection(doc); }
+    var progress = document.getElementById("progress");
+    if (progress && progress.dataset.jobUrl) { setupProgress(progress); }
+    document.querySelectorAll("form[data-once]").forEach(setupOnce);
+  });
+})();

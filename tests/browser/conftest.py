@@ -1,0 +1,109 @@
+"""Headless Chromium (Playwright, sync API) against pytest-django's live server.
+
+Jobs run in-process here: ``job_in_background`` calls ``drafting.jobs.job_run`` on a thread,
+as a worker would, while the browser polls the progress endpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# Playwright's sync API runs an event loop in this thread; Django's ORM is used beside it.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = os.getenv("STENCIL_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "bench" / "screenshots"
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def screenshot_dir() -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS
+
+
+@pytest.fixture
+def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Job ids the web process would send to the broker (none is sent in these tests)."""
+    from drafting import services
+
+    ids: list[str] = []
+    monkeypatch.setattr(services, "job_dispatch", lambda *, job_id: ids.append(job_id))
+    return ids
+
+
+def _shared_connections() -> dict[str, Any]:
+    """In-memory SQLite lives in one connection: share it, as Django's live server does."""
+    from django.db import connections
+
+    shared: dict[str, Any] = {}
+    for conn in connections.all():
+        if conn.vendor == "sqlite" and conn.is_in_memory_db():
+            shared[conn.alias] = conn
+    return shared
+
+
+@pytest.fixture
+def job_in_background() -> Iterator[Callable[[str], threading.Thread]]:
+    """Start ``job_run(job_id)`` on a thread, the way a worker process would run it."""
+    threads: list[threading.Thread] = []
+    shared = _shared_connections()
+    for conn in shared.values():
+        conn.inc_thread_sharing()
+    errors: list[BaseException] = []
+
+    def start(job_id: str) -> threading.Thread:
+        from django.db import connections
+
+        from drafting.jobs import job_run
+
+        def run() -> None:
+            for alias, conn in shared.items():
+                connections[alias] = conn
+            try:
+                job_run(job_id=job_id, worker="browser-test")
+            except BaseException as exc:  # reported when the test ends
+                errors.append(exc)
+            finally:
+                if not shared:
+                    connections.close_all()
+
+        thread = threading.Thread(target=run, name=f"job-{job_id[:8]}", daemon=True)
+        thread.start()
+        threads.append(thread)
+        return thread
+
+    yield start
+    for thread in threads:
+        thread.join(timeout=120)
+    for conn in shared.values():
+        conn.dec_thread_sharing()
+    if errors:
+        raise errors[0]

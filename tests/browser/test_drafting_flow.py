@@ -1,0 +1,213 @@
+"""A person drafts a referral letter in real headless Chromium, from login to export."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drafting import services
+from drafting.models import Draft, DraftRevision, InfillJob
+from tests.drafting.helpers import REFERRAL_SOURCE
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+JOB_URL = re.compile(r".*/jobs/([0-9a-f-]{36})/$")
+FINAL = "succeeded, failed, cancelled"
+PASSWORD = "pw-alice-123"
+
+
+@pytest.fixture
+def alice(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user(username="alice", password=PASSWORD)
+
+
+@pytest.fixture
+def referral(db: Any) -> None:
+    services.template_version_create(
+        slug="referral", title="Referral letter", kind="referral_letter", source=REFERRAL_SOURCE,
+        description="A GP refers a patient to a specialist.",
+    )  # fmt: skip
+
+
+@pytest.fixture
+def slow_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slow each denoising step a little so a person (and a screenshot) can watch it."""
+    import time
+
+    from drafting import jobs
+
+    original = jobs._Progress.on_step
+
+    def on_step(self: Any, info: Any) -> None:
+        time.sleep(0.08)
+        original(self, info)
+
+    monkeypatch.setattr(jobs._Progress, "on_step", on_step)
+
+
+def log_in(page: Any, base: str) -> None:
+    page.goto(f"{base}/accounts/login/")
+    page.get_by_label("Username").fill("alice")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{base}/")
+
+
+def job_id_of(page: Any) -> str:
+    page.wait_for_url(JOB_URL)
+    match = JOB_URL.match(page.url)
+    assert match is not None
+    return match.group(1)
+
+
+def watch_job(page: Any, job_id: str, start: Callable[[str], threading.Thread],
+              screenshot: Path | None = None) -> str:  # fmt: skip
+    """Run the job the page is showing and wait until the page reports its final state."""
+    thread = start(job_id)
+    if screenshot is not None:
+        page.wait_for_function(
+            "['running', 'validating', 'succeeded', 'failed'].includes("
+            "document.getElementById('progress').dataset.state)"
+        )
+        page.screenshot(path=str(screenshot), full_page=True)
+    page.wait_for_function(
+        f"'{FINAL}'.includes(document.getElementById('progress').dataset.state)", timeout=120_000
+    )
+    thread.join(timeout=120)
+    return str(page.locator("#progress").get_attribute("data-state"))
+
+
+def span_card(page: Any, label: str) -> Any:
+    return page.locator("li.span-card").filter(has=page.get_by_role("heading", name=label))
+
+
+def test_draft_a_referral_letter_from_login_to_export(
+    live_server: Any, page: Any, alice: Any, referral: None, dispatched: list[str],
+    job_in_background: Callable[[str], threading.Thread], slow_steps: None, screenshot_dir: Path,
+) -> None:  # fmt: skip
+    base = live_server.url
+    log_in(page, base)
+
+    # 1. Pick a template and fill its form: a mistake is explained and nothing typed is lost.
+    page.get_by_role("link", name="Referral letter").click()
+    page.get_by_label("Referring to").fill("Dr. Imani Okafor")
+    page.get_by_label("Patient name").fill("Jonas Berg")
+    page.get_by_label("Date of birth").fill("1961-04-17")
+    page.get_by_role("button", name="Create draft").click()
+    assert page.locator("#field-sender-error").inner_text() == "Your name is required."
+    assert page.get_by_label("Patient name").input_value() == "Jonas Berg"
+    page.get_by_label("Your name").fill("Dr. Lea Martin")
+    page.screenshot(path=str(screenshot_dir / "form.png"), full_page=True)
+    page.get_by_role("button", name="Create draft").click()
+    page.wait_for_url(re.compile(r".*/drafts/\d+/$"))
+    draft = Draft.objects.get(owner=alice)
+    assert "Jonas Berg" in page.locator("#document").inner_text()
+
+    # 2. Lock the urgency: the person will write it. Then fill everything still unlocked.
+    page.get_by_role("button", name="Lock Urgency", exact=True).click()
+    assert page.get_by_role("button", name="Unlock Urgency", exact=True).get_attribute(
+        "aria-pressed") == "true"  # fmt: skip
+    page.get_by_label("Preset").select_option("fast")
+    page.get_by_role("button", name="Fill unlocked").click()
+    job_id = job_id_of(page)
+    assert dispatched == [job_id]
+    assert page.locator("#stable").get_attribute("aria-live") == "polite"
+    assert page.locator("#provisional").get_attribute("aria-hidden") == "true"
+    state = watch_job(page, job_id, job_in_background, screenshot_dir / "progress.png")
+    job = InfillJob.objects.get(pk=job_id)
+    assert state == "succeeded", job.reasons
+    assert len(job.target_fragments) == 2  # reason and summary; the locked urgency is not sent
+
+    # 3. Review: model text is highlighted as provisional.
+    page.get_by_role("link", name="Review the text").click()
+    page.wait_for_url(f"{base}/drafts/{draft.id}/review/")
+    assert page.locator("#document .status-provisional").count() == 2
+    page.screenshot(path=str(screenshot_dir / "review.png"), full_page=True)
+
+    # 4. Accept one span, write the locked one by hand, regenerate another.
+    span_card(page, "Reason for referral").get_by_role("button", name="Accept").click()
+    assert "accepted" in span_card(page, "Reason for referral").inner_text()
+    urgency = span_card(page, "Urgency")
+    urgency.locator("summary").click()
+    urgency.get_by_label("New text for Urgency").fill("soon")
+    urgency.get_by_role("button", name="Save edit").click()
+    reason_text = span_card(page, "Reason for referral").locator("blockquote").inner_text()
+    span_card(page, "Clinical summary").get_by_role("button", name="Regenerate").click()
+    second = job_id_of(page)
+    assert watch_job(page, second, job_in_background) == "succeeded"
+    page.get_by_role("link", name="Review the text").click()
+    assert "Urgency: soon." in page.locator("#document").inner_text()
+    assert page.locator("#document .status-provisional").count() == 1
+    assert span_card(page, "Reason for referral").locator("blockquote").inner_text() == reason_text
+    span_card(page, "Clinical summary").get_by_role("button", name="Accept").click()
+
+    # 5. Accept the draft; a second click with the same revision cannot accept twice.
+    accept = page.get_by_role("button", name=re.compile(r"Accept draft"))
+    page.evaluate("document.getElementById('accept-form').removeAttribute('data-once')")
+    stale_revision = page.locator("#accept-form input[name=revision]").input_value()
+    accept.click()
+    assert "Accepted. Revision" in page.locator(".messages").inner_text()
+    assert page.locator("#accepted").is_visible()
+    page.evaluate(
+        "rev => { const f = document.getElementById('accept-form');"
+        " f.querySelector('input[name=revision]').value = rev; f.submit(); }",
+        stale_revision,
+    )
+    page.wait_for_load_state()
+    assert "already accepted" in page.locator(".messages").inner_text()
+    assert DraftRevision.objects.filter(draft=draft, accepted=True).count() == 1
+    page.screenshot(path=str(screenshot_dir / "review-accepted.png"), full_page=True)
+
+    # 6. Export the accepted text.
+    with page.expect_download() as txt:
+        page.get_by_role("link", name="Plain text (.txt)").click()
+    exported = Path(txt.value.path()).read_text()
+    assert exported.startswith("Dear Dr. Imani Okafor,") and "Urgency: soon." in exported
+    with page.expect_download() as md:
+        page.get_by_role("link", name="Markdown (.md)").click()
+    assert "Accepted revision" in Path(md.value.path()).read_text()
+
+
+def test_selecting_a_span_and_autosave_in_the_browser(
+    live_server: Any, page: Any, alice: Any, referral: None, dispatched: list[str]
+) -> None:
+    from tests.drafting.helpers import VALUES
+
+    draft = services.draft_create(owner=alice, version=referral_version(), values=dict(VALUES))
+    log_in(page, live_server.url)
+    page.goto(f"{live_server.url}/drafts/{draft.id}/")
+
+    # Autosave: a bad value is explained next to its field and not saved; a good one is saved.
+    page.get_by_label("Patient name").fill("")
+    page.wait_for_function("document.getElementById('autosave-status').textContent.startsWith('Not saved')")
+    assert page.locator("#field-patient_name-error").inner_text() == "Patient name is required."
+    page.get_by_label("Patient name").fill("Ada Berg")
+    page.wait_for_function("document.getElementById('autosave-status').textContent.startsWith('Saved')")
+    draft.refresh_from_db()
+    assert draft.values["patient_name"] == "Ada Berg"
+
+    # Select "Kind" in "Kind regards," and ask for just that to be rewritten.
+    closing = draft.fragments.get(text="\n\nKind regards,\n")
+    page.evaluate(
+        """id => { const node = document.getElementById('frag-' + id).firstChild;
+                   const range = document.createRange(); range.setStart(node, 2); range.setEnd(node, 6);
+                   const sel = window.getSelection(); sel.removeAllRanges(); sel.addRange(range); }""",
+        closing.id,
+    )
+    button = page.get_by_role("button", name="Regenerate selection")
+    page.wait_for_function("!document.getElementById('sel-submit').disabled")
+    assert "Selected 4 characters" in page.locator("#sel-status").inner_text()
+    button.click()
+    job = InfillJob.objects.get(pk=job_id_of(page))
+    assert [draft.fragments.get(pk=t["fragment"]).text for t in job.target_fragments] == ["Kind"]
+
+
+def referral_version() -> Any:
+    from drafting.models import TemplateVersion
+
+    return TemplateVersion.objects.get(template__slug="referral")

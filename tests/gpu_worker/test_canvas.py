@@ -1,0 +1,174 @@
+"""Canvas JSON parsing and tokenization at segment boundaries."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu_worker.canvas import parse_canvas
+from gpu_worker.constraints import ChoiceConstraint, PatternConstraint
+from gpu_worker.tokenizer import StencilTokenizer
+
+MAX_LEN = 160
+SENTENCES = [
+    "Dear Dr Smith, thank you for seeing me at the clinic about the report.",
+    "Dear Olga, thank you for calling me at Room 12 about order 77.",
+    "Dear Ravi, thank you for helping me at our office about your letter.",
+]
+
+
+def parse(request: dict[str, Any], tokenizer: StencilTokenizer, max_len: int = MAX_LEN) -> Any:
+    return parse_canvas(request, tokenizer, max_len=max_len)
+
+
+def split_at_words(sentence: str, picks: list[int]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Segments where chosen words become holes holding the original word (no leading space)."""
+    words = sentence.split(" ")
+    segments: list[dict[str, Any]] = []
+    fills: dict[str, str] = {}
+    text = ""
+    for i, word in enumerate(words):
+        sep = "" if i == 0 else " "
+        if i in picks and word.isalpha():
+            segments.append({"text": text + sep})
+            name = f"w{i}"
+            segments.append({"hole": name, "max_tokens": 8})
+            fills[name] = word
+            text = ""
+        else:
+            text += sep + word
+    segments.append({"text": text})
+    return [s for s in segments if s.get("text", None) != ""], fills
+
+
+def test_a_locked_trailing_space_becomes_a_forced_prefix(tokenizer: StencilTokenizer) -> None:
+    canvas = parse({"segments": [{"text": "Thank you for seeing "}, {"hole": "who", "max_tokens": 4},
+                                 {"text": "."}]}, tokenizer)  # fmt: skip
+    hole = canvas.holes[0]
+    assert hole.prefix == " "
+    assert canvas.ids[: hole.start].tolist() == tokenizer.encode("Thank you for seeing")
+    first = canvas.allowed[hole.start]
+    for token_id in first.nonzero().squeeze(-1).tolist():
+        text = tokenizer.token_text(token_id)
+        assert text.startswith(" ") or token_id in canvas.terminators()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(SENTENCES), st.lists(st.integers(0, 14), min_size=1, max_size=4))
+def test_a_canvas_whose_holes_hold_the_original_text_tokenizes_like_the_original(
+    tokenizer: StencilTokenizer, sentence: str, picks: list[int]
+) -> None:
+    segments, fills = split_at_words(sentence, picks)
+    if not fills:
+        return
+    canvas = parse({"segments": segments}, tokenizer)
+    assert canvas.filled_ids(fills, tokenizer) == tokenizer.encode(sentence)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.text(alphabet="ab ,.\n\té", max_size=12), min_size=1, max_size=4),
+    st.lists(st.text(alphabet="xy z", max_size=6), min_size=4, max_size=4),
+)
+def test_locked_text_comes_back_byte_identical(
+    tokenizer: StencilTokenizer, texts: list[str], fills: list[str]
+) -> None:
+    segments: list[dict[str, Any]] = []
+    for i, text in enumerate(texts):
+        segments += [{"text": text}, {"hole": f"h{i}", "max_tokens": 12}]
+    canvas = parse({"segments": segments}, tokenizer)
+    span_fills = {h.name: fills[i].lstrip(" ") or "x" for i, h in enumerate(canvas.holes)}
+    row = canvas.ids.clone()  # each hole holds its fill's tokens, then pad
+    for hole in canvas.holes:
+        tokens = tokenizer.encode(hole.prefix + span_fills[hole.name])[: hole.max_len]
+        row[hole.start : hole.end] = canvas.pad_id
+        row[hole.start : hole.start + len(tokens)] = torch.tensor(tokens)
+    document = canvas.document(row, tokenizer)
+    expected = "".join(t + canvas.hole_texts(row, tokenizer)[f"h{i}"] for i, t in enumerate(texts))
+    assert document == expected
+    assert bool((row[canvas.protect] == canvas.ids[canvas.protect]).all())
+
+
+def test_an_empty_hole_keeps_the_moved_space_in_the_document(tokenizer: StencilTokenizer) -> None:
+    canvas = parse({"segments": [{"text": "at "}, {"hole": "x", "max_tokens": 3}, {"text": "."}]},
+                   tokenizer)  # fmt: skip
+    row = canvas.ids.clone()
+    row[~canvas.protect] = canvas.pad_id
+    assert canvas.document(row, tokenizer) == "at ."
+    assert canvas.hole_texts(row, tokenizer) == {"x": ""}
+
+
+def test_schema_holes_expand_to_locked_keys_and_typed_values(tokenizer: StencilTokenizer) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "ok": {"type": "boolean"}},
+    }
+    canvas = parse({"segments": [{"text": "Data: "}, {"hole": "data", "constraint": {"schema": schema}}]},
+                   tokenizer)  # fmt: skip
+    assert [h.name for h in canvas.holes] == ["data.name", "data.ok"]
+    assert isinstance(canvas.holes[0].constraint, PatternConstraint)
+    assert isinstance(canvas.holes[1].constraint, ChoiceConstraint)
+    assert all(h.group == "data" for h in canvas.holes)
+    assert tokenizer.decode(canvas.ids[: canvas.holes[0].start].tolist()) == 'Data: {"name":"'
+
+
+@pytest.mark.parametrize(
+    ("request_json", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"segments": [], "seed": 1}', "non-empty list"),
+        ('{"segments": [{"text": "a"}], "colour": 1}', "unknown canvas field"),
+        ('{"segments": [{"text": "a", "bold": true}]}', "unknown field"),
+        ('{"segments": [{"hole": "a", "max_tokens": 2, "size": 1}]}', "unknown field"),
+        (
+            '{"segments": [{"hole": "a", "max_tokens": 2}, {"hole": "a", "max_tokens": 2}]}',
+            "duplicate hole name 'a'",
+        ),
+        ('{"segments": [{"hole": "a"}]}', "needs max_tokens"),
+        ('{"segments": [{"hole": "a", "max_tokens": 0}]}', "max_tokens=0"),
+        ('{"segments": [{"text": "only text"}]}', "no hole"),
+        ('{"segments": [{"hole": "a", "max_tokens": 500}]}', "max_len=160"),
+        ('{"segments": [{"hole": "a", "max_tokens": 2}], "seed": "7"}', "seed="),
+        (
+            '{"segments": [{"hole": "a", "max_tokens": 4, "constraint": {"pattern": "(a)\\\\1"}}]}',
+            "backreference",
+        ),
+        (
+            '{"segments": [{"hole": "a", "max_tokens": 1, "constraint": {"pattern": "\\\\d{9}"}}]}',
+            "needs at least",
+        ),
+        (
+            '{"segments": [{"hole": "a", "max_tokens": 1, "constraint": {"regex": "x"}}]}',
+            "unknown field",
+        ),
+    ],
+)
+def test_bad_canvas_json_raises_a_clear_value_error(
+    tokenizer: StencilTokenizer, request_json: str, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_canvas(request_json, tokenizer, max_len=MAX_LEN)
+
+
+def test_a_choices_hole_is_as_long_as_its_longest_choice(tokenizer: StencilTokenizer) -> None:
+    for max_tokens in (1, 20):
+        request = {"segments": [{"text": "Dear "}, {"hole": "who", "max_tokens": max_tokens,
+                                "constraint": {"choices": ["Bob", "Dr Smith"]}}]}  # fmt: skip
+        canvas = parse(request, tokenizer)
+        assert canvas.holes[0].max_len == len(tokenizer.encode(" Dr Smith"))
+
+
+def test_seed_and_sampler_overrides_are_kept(tokenizer: StencilTokenizer) -> None:
+    request = {
+        "segments": [{"hole": "a", "max_tokens": 2}],
+        "seed": 9,
+        "sampler": {"temperature": 0.5},
+    }
+    canvas = parse_canvas(json.dumps(request), tokenizer, max_len=MAX_LEN)
+    assert canvas.seed == 9 and canvas.sampler == {"temperature": 0.5}

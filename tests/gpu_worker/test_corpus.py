@@ -1,0 +1,161 @@
+"""The corpus generator: determinism, realistic structure, splits and span annotations."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu_worker.corpus import (
+    JSON_SCHEMAS,
+    KINDS,
+    SPLIT_SEED_BASE,
+    document_at,
+    generate,
+    iter_split,
+    main,
+    pattern_counts,
+    tokenize_with_holes,
+)
+from gpu_worker.phrases import BANKS, is_held_out
+from gpu_worker.tokenizer import StencilTokenizer
+
+seeds = st.integers(min_value=0, max_value=10**6)
+kinds = st.sampled_from(KINDS)
+splits = st.sampled_from(["train", "val", "test"])
+
+
+@given(kind=kinds, seed=seeds, split=splits)
+@settings(max_examples=40, deadline=None)
+def test_same_kind_seed_and_split_give_the_same_document(kind: str, seed: int, split: str) -> None:
+    assert generate(kind, seed, split) == generate(kind, seed, split)  # type: ignore[arg-type]
+
+
+def test_different_seeds_give_different_documents() -> None:
+    texts = {generate("referral_letter", seed, "train").text for seed in range(20)}
+    assert len(texts) == 20
+
+
+@given(kind=kinds, seed=seeds)
+@settings(max_examples=60, deadline=None)
+def test_spans_lie_inside_the_text_and_values_obey_their_constraints(kind: str, seed: int) -> None:
+    doc = generate(kind, seed, "test")
+    for span in doc.spans:
+        assert 0 <= span.start < span.end <= len(doc.text)
+        value = doc.span_text(span)
+        assert value == value.strip(), f"span {span.name!r} has outer whitespace: {value!r}"
+        if span.pattern is not None:
+            assert re.fullmatch(span.pattern, value), (span.name, value)
+        if span.choices is not None:
+            assert value in span.choices
+
+
+def _json_record(text: str) -> dict[str, object]:
+    start, end = text.index("{"), text.rindex("}") + 1
+    record = json.loads(text[start:end])
+    assert isinstance(record, dict)
+    return record
+
+
+@given(seed=seeds)
+@settings(max_examples=60, deadline=None)
+def test_json_records_validate_against_their_schema(seed: int) -> None:
+    doc = generate("json_record", seed, "train")
+    record = _json_record(doc.text)
+    schema_name = str(record.pop("$schema")).removeprefix("stencil/")
+    jsonschema.validate(record, JSON_SCHEMAS[schema_name])
+
+
+def _money(text: str) -> float:
+    return float(text.replace("$", "").replace(",", ""))
+
+
+@given(seed=seeds)
+@settings(max_examples=60, deadline=None)
+def test_invoice_total_equals_sum_of_lines_plus_tax(seed: int) -> None:
+    doc = generate("invoice", seed, "train")
+    lines = re.findall(r"\| (\d+) x (\$[\d,]+\.\d\d) \| (\$[\d,]+\.\d\d)", doc.text)
+    assert lines
+    for qty, price, amount in lines:
+        assert _money(amount) == pytest.approx(int(qty) * _money(price))
+    subtotal = _money(re.search(r"Subtotal: (\S+)", doc.text).group(1))  # type: ignore[union-attr]
+    tax = _money(re.search(r"Tax \(\d+%\): (\S+)", doc.text).group(1))  # type: ignore[union-attr]
+    total = _money(re.search(r"Total due: (\S+)", doc.text).group(1))  # type: ignore[union-attr]
+    assert subtotal == pytest.approx(sum(_money(a) for *_, a in lines))
+    assert total == pytest.approx(subtotal + tax)
+
+
+def test_splits_draw_disjoint_seed_ranges() -> None:
+    train = {d.seed for d in iter_split("train", 200)}
+    val = {d.seed for d in iter_split("val", 200)}
+    test = {d.seed for d in iter_split("test", 200)}
+    assert not train & val and not train & test and not val & test
+    assert min(test) == SPLIT_SEED_BASE["test"]
+
+
+def test_held_out_phrase_variants_appear_only_in_the_test_split() -> None:
+    def held(doc_kind: str, pattern: str) -> bool:
+        slot, index = pattern.split("#")
+        return is_held_out(doc_kind, slot, int(index))
+
+    for split in ("train", "val"):
+        for doc in iter_split(split, 400):  # type: ignore[arg-type]
+            assert not any(held(doc.kind, p) for p in doc.patterns)
+    test_docs = list(iter_split("test", 400))
+    assert sum(any(held(d.kind, p) for p in d.patterns) for d in test_docs) > 40
+
+
+def test_every_kind_has_dozens_of_sentence_patterns_and_some_held_out() -> None:
+    counts = pattern_counts()
+    assert set(counts) == set(KINDS) == set(BANKS)
+    for kind, c in counts.items():
+        assert c["patterns"] >= 14, kind
+        assert c["held_out"] >= 1, kind
+
+
+def test_most_documents_repeat_an_entity_so_a_hole_can_be_decided_on_the_right() -> None:
+    def repeats(doc_index: int) -> bool:
+        doc = document_at("test", doc_index)
+        texts = [doc.span_text(s) for s in doc.spans if s.kind == "entity"]
+        return len(texts) > len(set(texts))
+
+    assert sum(repeats(i) for i in range(80)) >= 70
+
+
+def test_documents_cycle_through_every_kind() -> None:
+    assert [d.kind for d in iter_split("train", len(KINDS))] == list(KINDS)
+
+
+@pytest.fixture(scope="module")
+def corpus_tokenizer() -> StencilTokenizer:
+    return StencilTokenizer.train((d.text for d in iter_split("train", 200)), vocab_size=600)
+
+
+@given(index=st.integers(min_value=0, max_value=5000))
+@settings(max_examples=30, deadline=None)
+def test_hole_token_ranges_decode_to_the_span_with_its_leading_space(
+    corpus_tokenizer: StencilTokenizer, index: int
+) -> None:
+    doc = document_at("test", index)
+    holes = [s for s in doc.spans if s.kind != "sentence"][:2]
+    ids, ranges = tokenize_with_holes(doc, holes, corpus_tokenizer.encode)
+    assert corpus_tokenizer.decode(ids) == doc.text
+    for span, (a, b) in zip(holes, ranges, strict=True):
+        decoded = corpus_tokenizer.decode(ids[a:b])
+        assert decoded.removeprefix(" ") == doc.span_text(span)
+        assert decoded.startswith(" ") == (doc.text[span.start - 1] == " ")
+
+
+def test_stats_cli_prints_pattern_counts_and_a_document_per_kind(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    main(["--stats", "--count", "16"])
+    out = capsys.readouterr().out
+    for kind in KINDS:
+        assert f"===== {kind}" in out
+    assert "patterns" in out

@@ -1,0 +1,111 @@
+"""The external loader: a tiny Hugging Face masked LM built and saved here, loaded offline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpu_worker.backends import load_backend
+from gpu_worker.external import (
+    TRUST_REMOTE_CODE_ENV,
+    ExternalDenoiser,
+    RemoteCodeRefused,
+    is_hf_directory,
+    load_external,
+)
+from gpu_worker.infill import infill_request
+from gpu_worker.tokenizer import StencilTokenizer
+
+transformers = pytest.importorskip("transformers")
+
+
+def _tiny_bert_dir(directory: Path, tokenizer: StencilTokenizer, **config_extra: object) -> Path:
+    """A BertForMaskedLM of a few thousand parameters in HF format, with our tokenizer."""
+    special = tokenizer.special
+    config = transformers.BertConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1,
+        num_attention_heads=2, intermediate_size=32, max_position_embeddings=128,
+        pad_token_id=special.pad, eos_token_id=special.eos,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(config).eval()
+    model.save_pretrained(str(directory))
+    tokenizer.save(directory / "tokenizer.json")
+    data = json.loads((directory / "config.json").read_text())
+    data.update({"mask_token_id": special.mask, **config_extra})
+    (directory / "config.json").write_text(json.dumps(data))
+    return directory
+
+
+@pytest.fixture
+def hf_dir(tmp_path: Path, tokenizer: StencilTokenizer) -> Path:
+    return _tiny_bert_dir(tmp_path / "tiny-bert", tokenizer)
+
+
+def test_hf_directory_is_told_apart_from_a_stencil_one(hf_dir: Path, model_dir: Path) -> None:
+    assert is_hf_directory(hf_dir)
+    assert not is_hf_directory(model_dir)
+
+
+def test_load_backend_dispatches_hf_dirs_to_the_external_loader(hf_dir: Path, model_dir: Path) -> None:
+    assert load_backend(hf_dir).kind == "external"
+    assert load_backend(model_dir).kind == "denoiser"
+
+
+def test_external_logits_equal_the_hf_models_own(hf_dir: Path, tokenizer: StencilTokenizer) -> None:
+    loaded = load_external(hf_dir)
+    ids = torch.tensor([tokenizer.encode("Dear Alice, thank you.")])
+    reference = transformers.BertForMaskedLM.from_pretrained(str(hf_dir)).eval()
+    with torch.no_grad():
+        ours = loaded.network(ids)
+        theirs = reference(input_ids=ids).logits
+    assert ours.shape == (1, ids.shape[1], tokenizer.vocab_size)
+    torch.testing.assert_close(ours, theirs)
+
+
+def test_special_ids_come_from_the_checkpoint_config(hf_dir: Path, tokenizer: StencilTokenizer) -> None:
+    loaded = load_external(hf_dir)
+    network = loaded.network
+    assert isinstance(network, ExternalDenoiser)
+    assert network.mask_id == tokenizer.special.mask
+    assert network.pad_id == tokenizer.special.pad
+    assert network.max_len == 128
+    assert loaded.tokenizer.special.mask == tokenizer.special.mask
+
+
+def test_missing_mask_id_is_refused_with_a_clear_error(tmp_path: Path, tokenizer: StencilTokenizer) -> None:
+    directory = _tiny_bert_dir(tmp_path / "no-mask", tokenizer)
+    data = json.loads((directory / "config.json").read_text())
+    del data["mask_token_id"]
+    (directory / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="no mask token id"):
+        load_external(directory)
+
+
+def test_custom_code_checkpoint_is_refused_by_default(
+    tmp_path: Path, tokenizer: StencilTokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(TRUST_REMOTE_CODE_ENV, raising=False)
+    directory = _tiny_bert_dir(
+        tmp_path / "llada-like", tokenizer, model_type="llada",
+        auto_map={"AutoModel": "modeling_llada.LLaDAModelLM"},
+    )  # fmt: skip
+    (directory / "modeling_llada.py").write_text("raise SystemExit('remote code ran')\n")
+    with pytest.raises(RemoteCodeRefused, match=TRUST_REMOTE_CODE_ENV):
+        load_backend(directory)
+
+
+def test_external_model_fills_a_canvas_through_the_sampler(hf_dir: Path) -> None:
+    loaded = load_external(hf_dir)
+    request = {
+        "segments": [{"text": "Dear "}, {"hole": "name", "max_tokens": 4},
+                     {"text": ", thank you for seeing me."}],
+        "sampler": {"cache": "none"},
+    }  # fmt: skip
+    outcome = infill_request(loaded, request)
+    assert outcome.document.startswith("Dear ")
+    assert outcome.document.endswith(", thank you for seeing me.")
+    assert not [v for v in outcome.violations if v["name"].startswith("locked")]

@@ -1,0 +1,110 @@
+"""The Stencil transformer: attention direction, KV caches, padding and checkpoints."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpu_worker.model import (
+    ModelConfig,
+    StencilTransformer,
+    count_flops_per_token,
+    load_model,
+    save_model,
+)
+from gpu_worker.tokenizer import StencilTokenizer
+
+
+def _config(tokenizer: StencilTokenizer, kind: str = "denoiser", max_len: int = 64) -> ModelConfig:
+    s = tokenizer.special
+    return ModelConfig(
+        kind=kind, vocab_size=tokenizer.vocab_size, pad_id=s.pad, eos_id=s.eos, mask_id=s.mask,  # type: ignore[arg-type]
+        fim_prefix_id=s.fim_prefix, fim_suffix_id=s.fim_suffix, fim_middle_id=s.fim_middle,
+        d_model=32, n_layers=2, n_heads=4, ffn_hidden=64, max_len=max_len,
+    )  # fmt: skip
+
+
+def _model(tokenizer: StencilTokenizer, kind: str = "denoiser") -> StencilTransformer:
+    torch.manual_seed(0)
+    return StencilTransformer(_config(tokenizer, kind)).eval()
+
+
+def _ids(tokenizer: StencilTokenizer, text: str = "Dear Alice, thank you for seeing me.") -> torch.Tensor:
+    return torch.tensor([tokenizer.encode(text)])
+
+
+@torch.no_grad()
+def test_logits_have_one_row_per_position_and_token(tokenizer: StencilTokenizer) -> None:
+    ids = _ids(tokenizer)
+    assert _model(tokenizer)(ids).shape == (1, ids.shape[1], tokenizer.vocab_size)
+
+
+@torch.no_grad()
+def test_denoiser_sees_the_right_context(tokenizer: StencilTokenizer) -> None:
+    model, ids = _model(tokenizer), _ids(tokenizer)
+    changed = ids.clone()
+    changed[0, -1] = tokenizer.special.mask
+    assert not torch.allclose(model(ids)[0, 0], model(changed)[0, 0])
+
+
+@torch.no_grad()
+def test_ar_model_never_sees_the_future(tokenizer: StencilTokenizer) -> None:
+    model, ids = _model(tokenizer, "ar_fim"), _ids(tokenizer)
+    changed = ids.clone()
+    changed[0, -1] = tokenizer.special.mask
+    torch.testing.assert_close(model(ids)[0, :-1], model(changed)[0, :-1])
+
+
+@torch.no_grad()
+def test_ar_incremental_decoding_with_the_cache_equals_a_full_forward(tokenizer: StencilTokenizer) -> None:
+    model, ids = _model(tokenizer, "ar_fim"), _ids(tokenizer)
+    full = model(ids)[0]  # [L, V]
+    logits, cache = model.forward_window(ids[:, :4], write_cache=True)
+    steps = [logits[0, -1]]
+    for position in range(4, ids.shape[1]):
+        assert cache is not None
+        logits, cache = model.forward_window(ids[:, position : position + 1], start=position,
+                                             cache=cache, write_cache=True)  # fmt: skip
+        steps.append(logits[0, -1])
+    torch.testing.assert_close(torch.stack(steps), full[3:], atol=1e-4, rtol=1e-4)
+
+
+@torch.no_grad()
+def test_denoiser_window_over_a_fresh_cache_equals_the_full_forward(tokenizer: StencilTokenizer) -> None:
+    model, ids = _model(tokenizer), _ids(tokenizer)
+    full, cache = model.forward_window(ids, write_cache=True)
+    window, _ = model.forward_window(ids[:, 3:7], start=3, cache=cache)
+    torch.testing.assert_close(window[0], full[0, 3:7], atol=1e-4, rtol=1e-4)
+
+
+@torch.no_grad()
+def test_padded_keys_do_not_change_real_positions(tokenizer: StencilTokenizer) -> None:
+    model, ids = _model(tokenizer), _ids(tokenizer)
+    n = ids.shape[1]
+    padded = torch.cat([ids, torch.full((1, 5), tokenizer.special.pad)], dim=1)
+    mask = torch.tensor([[True] * n + [False] * 5])
+    torch.testing.assert_close(model(padded, mask)[0, :n], model(ids)[0], atol=1e-4, rtol=1e-4)
+
+
+def test_sequence_longer_than_max_len_is_refused(tokenizer: StencilTokenizer) -> None:
+    model = _model(tokenizer)
+    with pytest.raises(ValueError, match="max_len"):
+        model(torch.zeros((1, 65), dtype=torch.long))
+
+
+@torch.no_grad()
+def test_save_then_load_gives_the_same_logits(tokenizer: StencilTokenizer, tmp_path: Path) -> None:
+    model, ids = _model(tokenizer), _ids(tokenizer)
+    save_model(model, tmp_path, dtype=torch.float32)
+    loaded = load_model(tmp_path)
+    assert loaded.config == model.config
+    torch.testing.assert_close(loaded(ids), model(ids))
+
+
+def test_flops_per_token_grow_with_depth(tokenizer: StencilTokenizer) -> None:
+    cfg = _config(tokenizer)
+    deeper = replace(cfg, n_layers=cfg.n_layers * 2)
+    assert count_flops_per_token(deeper, 128) > count_flops_per_token(cfg, 128) > 0

@@ -1,0 +1,332 @@
+"""The block-diffusion sampler's invariants, on a tiny random model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpu_worker.canvas import Canvas, parse_canvas
+from gpu_worker.config import SamplerConfig
+from gpu_worker.model import StencilTransformer
+from gpu_worker.sampler import StepInfo, canvas_sha256, denoise, denoise_batch, plan_blocks
+from gpu_worker.tokenizer import StencilTokenizer
+from gpu_worker.validation import validate
+
+MAX_LEN = 160
+TEXTS = ["Dear ", ", thank you for ", " at ", ".\n", "Ref: ", "", " about"]
+PATTERNS = ["\\d{1,3}", "[A-Z]{2}-\\d{2}", "(yes|no)", "[a-z]{1,4}"]
+CHOICES = [["Bob", "Dr Smith", "Olga"], ["London", "Paris"]]
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 6},
+        "age": {"type": "integer"},
+        "ok": {"type": "boolean"},
+        "tier": {"enum": ["gold", 2]},
+    },
+}
+
+
+def canvas_of(tokenizer: StencilTokenizer, segments: list[dict[str, Any]], seed: int = 0) -> Canvas:
+    return parse_canvas({"segments": segments, "seed": seed}, tokenizer, max_len=MAX_LEN)
+
+
+@st.composite
+def segment_lists(draw: st.DrawFn) -> list[dict[str, Any]]:
+    segments: list[dict[str, Any]] = []
+    for i in range(draw(st.integers(1, 3))):
+        text = draw(st.sampled_from(TEXTS))
+        if text:
+            segments.append({"text": text})
+        kind = draw(st.sampled_from(["free", "free", "pattern", "choices", "schema"]))
+        hole: dict[str, Any] = {"hole": f"h{i}", "max_tokens": draw(st.integers(1, 6))}
+        if kind == "pattern":
+            hole["constraint"] = {"pattern": draw(st.sampled_from(PATTERNS))}
+            hole["max_tokens"] = 7
+        elif kind == "choices":
+            hole["constraint"] = {"choices": draw(st.sampled_from(CHOICES))}
+            del hole["max_tokens"]
+        elif kind == "schema":
+            hole["constraint"] = {"schema": SCHEMA}
+            hole["max_tokens"] = 4
+        segments.append(hole)
+    segments.append({"text": draw(st.sampled_from(TEXTS))})
+    return segments
+
+
+sampler_configs = st.builds(
+    SamplerConfig,
+    block_length=st.integers(1, 8),
+    block_scope=st.sampled_from(["canvas", "hole"]),
+    steps_per_block=st.integers(1, 4),
+    max_steps=st.integers(2, 40),
+    commit_rule=st.sampled_from(["even", "threshold", "margin", "entropy"]),
+    threshold=st.sampled_from([0.3, 0.6, 0.9]),
+    temperature=st.sampled_from([0.0, 0.8]),
+    top_p=st.sampled_from([1.0, 0.8]),
+    remask=st.sampled_from(["none", "low_confidence"]),
+    remask_budget=st.integers(0, 2),
+    remask_below=st.sampled_from([0.3, 1.0]),
+    stop_on_eos=st.booleans(),
+    cache=st.sampled_from(["none", "dual"]),
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(segment_lists(), sampler_configs, st.integers(1, 3), st.integers(0, 1000))
+def test_step_protect_mask_prevents_editing_under_every_rule_cache_and_batch(
+    tokenizer: StencilTokenizer,
+    model: StencilTransformer,
+    segments: list[dict[str, Any]],
+    config: SamplerConfig,
+    batch: int,
+    seed: int,
+) -> None:
+    canvases = [canvas_of(tokenizer, segments)] + [
+        canvas_of(tokenizer, [{"text": "Dear "}, {"hole": "x", "max_tokens": 2 + b}, {"text": "."}])
+        for b in range(batch - 1)
+    ]
+    steps: dict[int, list[StepInfo]] = {b: [] for b in range(batch)}
+
+    def on_step(row: int, info: StepInfo) -> None:
+        canvas = canvases[row]
+        assert torch.equal(info.ids[canvas.protect], canvas.ids[canvas.protect])
+        assert info.canvas_sha256 == canvas_sha256(info.ids)
+        steps[row].append(info)
+
+    generators = [torch.Generator().manual_seed(seed + b) for b in range(batch)]
+    results = denoise_batch(model, canvases, config, generators, on_step=on_step)
+    for row, (canvas, result) in enumerate(zip(canvases, results, strict=True)):
+        assert torch.equal(result.ids[canvas.protect], canvas.ids[canvas.protect])
+        assert not bool((result.ids == canvas.mask_id).any()), "a mask token is left"
+        assert result.steps == len(steps[row]) <= config.max_steps
+        assert validate(canvas, result.ids, tokenizer) == []
+        for info in steps[row]:
+            assert not set(info.remasked) & set(canvas.protect.nonzero().squeeze(-1).tolist())
+
+
+def llada_reference_order(model: StencilTransformer, canvas: Canvas, steps: int) -> list[list[int]]:
+    """LLaDA's generate() with low-confidence transfer, one block per hole, temperature 0."""
+    x = canvas.ids.clone()[None]  # [1, L]
+    attention = torch.ones_like(x, dtype=torch.bool)
+    order: list[list[int]] = []
+    for hole in canvas.holes:
+        in_block = torch.zeros(canvas.length, dtype=torch.bool)
+        in_block[hole.start : hole.end] = True
+        base, remainder = divmod(hole.max_len, steps)
+        schedule = [base + 1] * remainder + [base] * (steps - remainder)
+        for k in schedule:
+            with torch.no_grad():
+                logits = model(x, attention_mask=attention)[0]  # [L, V]
+            logits = logits.masked_fill(~canvas.free_vocab, -torch.inf)
+            probs = torch.softmax(logits, dim=-1)
+            x0 = probs.argmax(-1)  # [L]
+            confidence = probs.gather(-1, x0[:, None]).squeeze(-1)
+            confidence = torch.where((x[0] == canvas.mask_id) & in_block, confidence, -torch.inf)
+            if k == 0:
+                continue  # LLaDA still runs a forward pass here; it commits nothing
+            chosen = torch.topk(confidence, k).indices
+            x[0, chosen] = x0[chosen]
+            order.append(sorted(chosen.tolist()))
+    return order
+
+
+@pytest.mark.parametrize("steps", [1, 3, 4])
+def test_even_rule_commit_order_equals_the_llada_reference(
+    tokenizer: StencilTokenizer, model: StencilTransformer, steps: int
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 7},
+                                   {"text": ", thank you for"}, {"hole": "b", "max_tokens": 2},
+                                   {"text": "."}, {"hole": "c", "max_tokens": 5}])  # fmt: skip
+    config = SamplerConfig(commit_rule="even", temperature=0.0, block_scope="hole",
+                           block_length=8, steps_per_block=steps, cache="none",
+                           stop_on_eos=False, remask="none")  # fmt: skip
+    result = denoise(model, canvas, config, torch.Generator().manual_seed(0))
+    assert [info.committed for info in result.trace] == llada_reference_order(model, canvas, steps)
+
+
+def test_seed_reproducibility(tokenizer: StencilTokenizer, model: StencilTransformer) -> None:
+    canvas = canvas_of(
+        tokenizer, [{"text": "Dear "}, {"hole": "a", "max_tokens": 6}, {"text": "."}]
+    )
+    config = SamplerConfig(temperature=1.0, commit_rule="threshold", threshold=0.5)
+    runs = [denoise(model, canvas, config, torch.Generator().manual_seed(s)) for s in (5, 5, 6)]
+    hashes = [[i.canvas_sha256 for i in r.trace] for r in runs]
+    assert hashes[0] == hashes[1]
+    assert torch.equal(runs[0].ids, runs[1].ids)
+    assert hashes[0] != hashes[2]
+
+
+def test_temperature_zero_determinism(
+    tokenizer: StencilTokenizer, model: StencilTransformer
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear "}, {"hole": "a", "max_tokens": 6},
+                                   {"hole": "b", "max_tokens": 3, "constraint": {"choices": ["Bob", "Olga"]}}])  # fmt: skip
+    config = SamplerConfig(temperature=0.0, commit_rule="even", steps_per_block=3)
+    first = denoise(model, canvas, config, torch.Generator().manual_seed(1))
+    second = denoise(model, canvas, config, torch.Generator().manual_seed(999))
+    assert [i.canvas_sha256 for i in first.trace] == [i.canvas_sha256 for i in second.trace]
+
+
+def test_batched_equals_unbatched_without_cache(
+    tokenizer: StencilTokenizer, model: StencilTransformer
+) -> None:
+    canvases = [
+        canvas_of(
+            tokenizer, [{"text": "Dear "}, {"hole": "a", "max_tokens": 5}, {"text": ", hi."}]
+        ),
+        canvas_of(
+            tokenizer,
+            [
+                {"hole": "b", "max_tokens": 3},
+                {"text": " at the clinic about "},
+                {"hole": "c", "max_tokens": 6, "constraint": {"pattern": "\\d{1,3}"}},
+            ],
+        ),
+        canvas_of(tokenizer, [{"text": "Ref "}, {"hole": "d", "max_tokens": 2}]),
+    ]
+    config = SamplerConfig(temperature=0.7, commit_rule="threshold", threshold=0.5, block_length=4)
+    alone = [
+        denoise(model, c, config, torch.Generator().manual_seed(i)) for i, c in enumerate(canvases)
+    ]
+    together = denoise_batch(model, canvases, config,
+                             [torch.Generator().manual_seed(i) for i in range(3)])  # fmt: skip
+    for a, b in zip(alone, together, strict=True):
+        assert torch.equal(a.ids, b.ids)
+        assert [i.committed for i in a.trace] == [i.committed for i in b.trace]
+
+
+def test_dual_cache_first_step_of_a_block_is_exact(
+    tokenizer: StencilTokenizer, model: StencilTransformer
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear "}, {"hole": "a", "max_tokens": 6}, {"text": " at "},
+                                   {"hole": "b", "max_tokens": 6}, {"text": "."}])  # fmt: skip
+    base = SamplerConfig(commit_rule="even", steps_per_block=3, block_length=6)
+    exact = denoise(model, canvas, base, torch.Generator())
+    cached = denoise(model, canvas, base.replace(cache="dual"), torch.Generator())
+    assert exact.trace[0].committed == cached.trace[0].committed
+    assert exact.steps == cached.steps == 6  # 2 blocks x 3 steps, one forward each
+
+
+def test_cancellation_stops_within_one_step_and_commits_nothing_after(
+    tokenizer: StencilTokenizer, model: StencilTransformer
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear "}, {"hole": "a", "max_tokens": 8}])
+    config = SamplerConfig(commit_rule="even", steps_per_block=8, block_length=8)
+    asked: list[int] = []
+
+    def should_stop() -> bool:
+        asked.append(1)
+        return len(asked) > 3
+
+    result = denoise(model, canvas, config, torch.Generator(), should_stop=should_stop)
+    assert result.cancelled and result.steps == 3 == len(result.trace)
+    assert torch.equal(result.ids, result.trace[-1].ids)
+    assert int((result.ids == canvas.mask_id).sum()) == 5
+
+
+def test_step_budget_flushes_on_the_last_pass(
+    tokenizer: StencilTokenizer, model: StencilTransformer
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Ref: "}, {"hole": "a", "max_tokens": 6},
+                                   {"hole": "b", "max_tokens": 7, "constraint": {"pattern": "[A-Z]{2}-\\d{2}"}}])  # fmt: skip
+    config = SamplerConfig(commit_rule="even", steps_per_block=13, block_length=13, max_steps=2)
+    result = denoise(model, canvas, config, torch.Generator())
+    assert result.steps == 2 and result.trace[-1].flush
+    assert not bool((result.ids == canvas.mask_id).any())
+    assert validate(canvas, result.ids, tokenizer) == []
+
+
+class ForcedEos(torch.nn.Module):
+    """Wraps a model so that EOS wins at one position."""
+
+    def __init__(self, inner: StencilTransformer, position: int) -> None:
+        super().__init__()
+        self.inner, self.position = inner, position
+        self.mask_id, self.pad_id, self.eos_id, self.max_len = (
+            inner.mask_id, inner.pad_id, inner.eos_id, inner.max_len)  # fmt: skip
+
+    def forward(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        logits = self.inner(ids, attention_mask).clone()
+        logits[:, self.position, self.eos_id] = 1e4
+        return logits
+
+
+def test_eos_in_a_hole_ends_it_and_the_tail_is_stripped(
+    tokenizer: StencilTokenizer, model: StencilTransformer
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 6}, {"text": "."}])
+    start = canvas.holes[0].start
+    config = SamplerConfig(commit_rule="threshold", threshold=0.99)
+    result = denoise(ForcedEos(model, start + 2), canvas, config, torch.Generator())
+    assert result.trace[0].committed == [start + 2]  # EOS is the surest token
+    assert result.trace[0].padded == [start + 3, start + 4, start + 5]
+    assert result.ids[start + 2 :].tolist()[:4] == [canvas.pad_id] * 4
+    assert result.hole_texts["a"] == tokenizer.decode(result.ids[start : start + 2].tolist())
+    assert result.steps == 3
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 10_000))
+def test_choices_are_committed_whole_never_mixed(
+    tokenizer: StencilTokenizer, model: StencilTransformer, seed: int
+) -> None:
+    choices = ["Dr Smith", "Bob", "the clinic"]
+    canvas = canvas_of(tokenizer, [{"text": "Dear "}, {"hole": "who", "constraint": {"choices": choices}},
+                                   {"text": ","}])  # fmt: skip
+    config = SamplerConfig(temperature=2.0)
+    result = denoise(model, canvas, config, torch.Generator().manual_seed(seed))
+    assert result.hole_texts["who"] in choices
+    assert result.trace[0].committed == list(range(canvas.holes[0].start, canvas.holes[0].end))
+
+
+def test_bf16_precision_runs_and_stays_valid(
+    tokenizer: StencilTokenizer, model: StencilTransformer
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear "}, {"hole": "a", "max_tokens": 4},
+                                   {"hole": "n", "max_tokens": 4, "constraint": {"pattern": "\\d{2}"}}])  # fmt: skip
+    result = denoise(
+        model, canvas, SamplerConfig(precision="bf16", cache="dual"), torch.Generator()
+    )
+    assert validate(canvas, result.ids, tokenizer) == []
+
+
+def test_remasking_reconsiders_unsure_tokens(
+    tokenizer: StencilTokenizer, model: StencilTransformer
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear "}, {"hole": "a", "max_tokens": 8}])
+    config = SamplerConfig(commit_rule="even", steps_per_block=8, block_length=8,
+                           remask="low_confidence", remask_budget=1, remask_below=1.0)  # fmt: skip
+    result = denoise(model, canvas, config, torch.Generator())
+    remasked = [p for info in result.trace for p in info.remasked]
+    assert remasked and len(remasked) == len(set(remasked))  # each position at most once
+    assert not bool((result.ids == canvas.mask_id).any())
+
+
+def test_blocks_advance_left_to_right_and_never_cut_a_choice(tokenizer: StencilTokenizer) -> None:
+    canvas = canvas_of(tokenizer, [{"hole": "a", "max_tokens": 5},
+                                   {"hole": "b", "constraint": {"choices": ["Dr Smith", "Bob"]}},
+                                   {"hole": "c", "max_tokens": 3}])  # fmt: skip
+    blocks = plan_blocks(canvas, SamplerConfig(block_length=4))
+    flat = torch.cat(blocks).tolist()
+    assert flat == sorted(flat) == list(range(canvas.length))
+    b = canvas.holes[1]
+    assert any(set(range(b.start, b.end)) <= set(blk.tolist()) for blk in blocks)
+    per_hole = plan_blocks(canvas, SamplerConfig(block_length=4, block_scope="hole"))
+    assert [len(blk) for blk in per_hole] == [4, 1, b.max_len, 3]
+
+
+def test_bad_inputs_raise_value_errors(
+    tokenizer: StencilTokenizer, model: StencilTransformer
+) -> None:
+    canvas = canvas_of(tokenizer, [{"hole": "a", "max_tokens": 2}])
+    with pytest.raises(ValueError, match="one torch.Generator per canvas"):
+        denoise_batch(model, [canvas, canvas], SamplerConfig(), [torch.Generator()])
+    with pytest.raises(ValueError, match="config="):
+        denoise(model, canvas, {"cache": "none"}, torch.Generator())  # type: ignore[arg-type]

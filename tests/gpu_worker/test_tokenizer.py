@@ -1,0 +1,48 @@
+"""The byte-level BPE tokenizer: special tokens, lossless round trips, deterministic training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu_worker.corpus import iter_split
+from gpu_worker.tokenizer import SPECIAL_TOKENS, StencilTokenizer
+
+
+def test_every_special_token_is_one_token_with_a_distinct_id(tokenizer: StencilTokenizer) -> None:
+    s = tokenizer.special
+    ids = [s.pad, s.eos, s.mask, s.fim_prefix, s.fim_suffix, s.fim_middle]
+    assert len(set(ids)) == len(ids)
+    for name in SPECIAL_TOKENS[:6]:
+        assert tokenizer.tok.token_to_id(name) in ids
+
+
+@given(text=st.text(max_size=200))
+@settings(max_examples=80, deadline=None)
+def test_any_text_survives_encode_then_decode(tokenizer: StencilTokenizer, text: str) -> None:
+    assert tokenizer.decode(tokenizer.encode(text)) == text
+
+
+def test_decode_drops_special_tokens(tokenizer: StencilTokenizer) -> None:
+    ids = [tokenizer.special.mask, *tokenizer.encode("Dear Alice"), tokenizer.special.pad]
+    assert tokenizer.decode(ids) == "Dear Alice"
+
+
+def test_training_is_deterministic_and_save_load_keeps_ids(tmp_path: Path) -> None:
+    texts = [d.text for d in iter_split("train", 120)]
+    a = StencilTokenizer.train(texts, vocab_size=500)
+    b = StencilTokenizer.train(texts, vocab_size=500)
+    assert a.tok.get_vocab() == b.tok.get_vocab()
+    a.save(tmp_path / "tokenizer.json")
+    loaded = StencilTokenizer.from_file(tmp_path / "tokenizer.json")
+    assert loaded.encode(texts[0]) == a.encode(texts[0])
+    assert loaded.special == a.special
+
+
+def test_corpus_trained_bpe_compresses_documents(tmp_path: Path) -> None:
+    texts = [d.text for d in iter_split("train", 200)]
+    tok = StencilTokenizer.train(texts, vocab_size=800)
+    held = next(iter(iter_split("test", 1))).text
+    assert len(tok.encode(held)) < len(held.encode()) / 1.5

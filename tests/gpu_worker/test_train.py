@@ -1,0 +1,150 @@
+"""Training: corruption recipes, determinism from the seed, resume, artifacts. Tiny and fast."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpu_worker.corpus import document_at, iter_split
+from gpu_worker.tokenizer import StencilTokenizer
+from gpu_worker.train import (
+    TrainConfig,
+    denoiser_example,
+    fim_example,
+    main,
+    make_batch,
+    model_config,
+    pick_holes,
+    repeated_spans,
+    train,
+)
+
+TINY = {"d_model": 32, "n_layers": 2, "n_heads": 2, "ffn_hidden": 64, "batch_size": 4,
+        "warmup_steps": 2, "eval_every": 10_000, "checkpoint_every": 5, "lr": 3e-3}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def corpus_tokenizer() -> StencilTokenizer:
+    return StencilTokenizer.train((d.text for d in iter_split("train", 150)), vocab_size=500)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_file(tmp_path_factory: pytest.TempPathFactory, corpus_tokenizer: StencilTokenizer) -> Path:
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    corpus_tokenizer.save(path)
+    return path
+
+
+def _cfg(kind: str = "denoiser", **changes: object) -> TrainConfig:
+    return replace(TrainConfig(kind=kind), **{**TINY, **changes})  # type: ignore[arg-type]
+
+
+def _weights(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def test_hole_rows_mask_only_hole_positions_and_pad_the_budget(corpus_tokenizer: StencilTokenizer) -> None:
+    cfg = _cfg(hole_fraction=1.0)
+    mc = model_config(cfg, corpus_tokenizer)
+    for index in range(20):
+        ex = denoiser_example(document_at("train", index), corpus_tokenizer.encode,
+                              random.Random(index), cfg, mc)  # fmt: skip
+        masked = [i for i, x in enumerate(ex.inputs) if x == mc.mask_id]
+        assert masked and all(ex.weights[i] > 0 for i in masked)
+        assert all(ex.weights[i] == 0 for i in range(len(ex.inputs)) if i not in masked)
+        # Unmasked positions show their own target; pad targets only inside holes.
+        assert all(ex.inputs[i] == ex.targets[i] for i in range(len(ex.inputs)) if i not in masked)
+
+
+def test_uniform_rows_weight_masked_tokens_by_one_over_t(corpus_tokenizer: StencilTokenizer) -> None:
+    cfg = _cfg(hole_fraction=0.0)
+    mc = model_config(cfg, corpus_tokenizer)
+    ex = denoiser_example(document_at("train", 3), corpus_tokenizer.encode, random.Random(0), cfg, mc,
+                          stratum=(2, 4))  # fmt: skip
+    masked = [w for w in ex.weights if w > 0]
+    t = len(masked) / len(ex.inputs)
+    assert 0.5 - 1 / len(ex.inputs) <= t <= 0.75 + 1 / len(ex.inputs)  # stratum 2 of 4
+    assert masked[0] == pytest.approx(1 / (t * len(ex.inputs)))
+    assert sum(ex.weights) == pytest.approx(1.0)
+
+
+def test_copy_hole_leaves_another_mention_of_its_text_visible() -> None:
+    cfg = _cfg(copy_hole_prob=1.0)
+    for index in range(40):
+        doc = document_at("train", index)
+        if not repeated_spans(doc):
+            continue
+        holes = pick_holes(doc, random.Random(index), cfg)
+        text = doc.span_text(holes[0])
+        visible = [s for s in doc.spans if doc.span_text(s) == text
+                   and not any(h.start <= s.start and s.end <= h.end for h in holes)]  # fmt: skip
+        assert visible, f"doc {index}: every mention of {text!r} is hidden"
+
+
+def test_fim_rows_put_the_middle_after_prefix_and_suffix(corpus_tokenizer: StencilTokenizer) -> None:
+    cfg = _cfg("ar_fim", fim_rate=1.0)
+    mc = model_config(cfg, corpus_tokenizer)
+    ex = fim_example(document_at("train", 1), corpus_tokenizer.encode, random.Random(0), cfg, mc)
+    seq = [*ex.inputs, ex.targets[-1]]
+    pre, suf, mid = (seq.index(i) for i in (mc.fim_prefix_id, mc.fim_suffix_id, mc.fim_middle_id))
+    assert pre < suf < mid < len(seq) - 1
+    assert seq[-1] == mc.eos_id
+    assert ex.targets == seq[1:]
+
+
+def test_batches_are_a_pure_function_of_seed_and_step(corpus_tokenizer: StencilTokenizer) -> None:
+    cfg = _cfg()
+    mc = model_config(cfg, corpus_tokenizer)
+    a, b = make_batch(3, cfg, mc, corpus_tokenizer), make_batch(3, cfg, mc, corpus_tokenizer)
+    assert torch.equal(a.inputs, b.inputs) and torch.equal(a.weights, b.weights)
+    c = make_batch(3, replace(cfg, seed=1), mc, corpus_tokenizer)
+    assert not torch.equal(a.inputs, c.inputs)
+
+
+@pytest.mark.parametrize("kind", ["denoiser", "ar_fim"])
+def test_tiny_training_lowers_the_loss(kind: str, corpus_tokenizer: StencilTokenizer, tmp_path: Path) -> None:
+    _, state = train(_cfg(kind), corpus_tokenizer, checkpoint=tmp_path / "ckpt.pt", steps=40,
+                     progress=False, bf16=False)  # fmt: skip
+    first = sum(e["loss"] for e in state.log[:5]) / 5
+    last = sum(e["loss"] for e in state.log[-5:]) / 5
+    assert last < first * 0.9
+
+
+def test_same_seed_gives_the_same_weights(corpus_tokenizer: StencilTokenizer, tmp_path: Path) -> None:
+    a, _ = train(_cfg(), corpus_tokenizer, checkpoint=tmp_path / "a.pt", steps=6, progress=False, bf16=False)
+    b, _ = train(_cfg(), corpus_tokenizer, checkpoint=tmp_path / "b.pt", steps=6, progress=False, bf16=False)
+    for x, y in zip(_weights(a), _weights(b), strict=True):
+        assert torch.equal(x, y)
+
+
+def test_resume_from_a_checkpoint_continues_the_same_run(corpus_tokenizer: StencilTokenizer, tmp_path: Path) -> None:
+    straight, _ = train(_cfg(), corpus_tokenizer, checkpoint=tmp_path / "s.pt", steps=10,
+                        progress=False, bf16=False)  # fmt: skip
+    train(_cfg(), corpus_tokenizer, checkpoint=tmp_path / "r.pt", steps=10, progress=False,
+          bf16=False, max_new_steps=5)  # interrupted half way
+    resumed, state = train(_cfg(), corpus_tokenizer, checkpoint=tmp_path / "r.pt", steps=10,
+                           progress=False, bf16=False)  # fmt: skip
+    assert state.step == 10 and len(state.log) == 10
+    for x, y in zip(_weights(straight), _weights(resumed), strict=True):
+        torch.testing.assert_close(x, y)
+
+
+def test_cli_writes_every_artifact(tokenizer_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "models" / "tiny-denoiser"
+    main(["--kind", "denoiser", "--out", str(out), "--tokenizer", str(tokenizer_file),
+          "--steps", "4", "--d-model", "32", "--layers", "2", "--heads", "2", "--ffn", "64",
+          "--batch-size", "2", "--eval-every", "4", "--checkpoint", str(tmp_path / "c.pt")])  # fmt: skip
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "MODEL_CARD.md",
+                 "loss_curve.png", "training.json"):  # fmt: skip
+        assert (out / name).is_file(), name
+    sums = (out.parent / "SHA256SUMS").read_text()
+    assert "tiny-denoiser/model.safetensors" in sums
+    summary = json.loads((out / "training.json").read_text())
+    assert summary["steps"] == 4 and summary["tokens"] > 0 and summary["flops"] > 0
+    card = (out / "MODEL_CARD.md").read_text()
+    assert "training compute" in card and f"{summary['tokens']:,}" in card
