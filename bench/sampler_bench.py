@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpu_worker.backends import LoadedModel, load_backend  # noqa: E402
 from gpu_worker.canvas import parse_canvas  # noqa: E402
 from gpu_worker.config import SamplerConfig  # noqa: E402
-from gpu_worker.infill import infill_request  # noqa: E402
-from gpu_worker.sampler import denoise_batch  # noqa: E402
+from gpu_worker.infill import infill_request, model_vocab_size  # noqa: E402
+from gpu_worker.sampler import denoise_batch, model_int  # noqa: E402
 
 KINDS = ("entity_right", "sentence", "number_date", "choice", "json_value")
 TAUS = (0.5, 0.7, 0.9, 0.95)
@@ -136,14 +136,12 @@ def run_batched(
 ) -> dict[str, float]:
     """Cases in batches of ``batch`` through denoise_batch."""
     network, tok = loaded.network, loaded.tokenizer
-    vocab = int(getattr(network, "config").vocab_size)
+    vocab, max_len = model_vocab_size(loaded), model_int(network, "max_len")
     em, passes = [], []
     started = time.perf_counter()
     for i in range(0, len(cases), batch):
         chunk = cases[i : i + batch]
-        canvases = [
-            parse_canvas(c.request, tok, max_len=network.max_len, vocab_size=vocab) for c in chunk
-        ]
+        canvases = [parse_canvas(c.request, tok, max_len=max_len, vocab_size=vocab) for c in chunk]
         generators = [torch.Generator().manual_seed(c.seed) for c in canvases]
         for case, result in zip(
             chunk, denoise_batch(network, canvases, config, generators), strict=True
@@ -159,7 +157,8 @@ def precision_study(
     loaded: LoadedModel, cases: list[Case], config: SamplerConfig
 ) -> dict[str, Any]:
     """fp32 vs bf16 over whole trajectories: differing outputs and the first divergent step."""
-    differ, first_steps, validity = 0, [], {"fp32": [], "bf16": []}
+    differ, first_steps = 0, []
+    validity: dict[str, list[float]] = {"fp32": [], "bf16": []}
     for case in cases:
         runs = {p: infill_request(loaded, case.request, config=config.replace(precision=p))
                 for p in ("fp32", "bf16")}  # fmt: skip

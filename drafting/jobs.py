@@ -177,17 +177,63 @@ def escalate(config: dict[str, Any], attempt: int) -> dict[str, Any]:
 
 
 def job_run(*, job_id: str, worker: str) -> str:
-    """Run one job to a final state; returns that state (or "skipped")."""
+    """Run one job (and the compatible queued jobs it batches) to a final state.
+
+    Returns the state of ``job_id``'s job, or "skipped" when there was nothing to do.
+    """
     claim = job_claim(job_id=job_id, worker=worker)
     if claim is None:
         return "skipped"
+    claims = [claim, *_claim_batch_mates(claim, worker)]
+    decisions = {c.job.pk: _route(c.job) for c in claims}
+    batched = [c for c in claims if decisions[c.job.pk].route == "diffusion"]
+    first: dict[Any, Any] = {}
+    if len(batched) > 1:
+        first = _first_attempt_batched(batched, decisions, worker)
+    states = [_run_guarded(c, worker, decisions[c.job.pk], first.get(c.job.pk)) for c in claims]
+    return states[0]
+
+
+def _claim_batch_mates(claim: Claim, worker: str) -> list[Claim]:
+    """Claim up to STENCIL_BATCH_MAX - 1 queued jobs with the same sampler config."""
+    limit = settings.STENCIL_BATCH_MAX - 1
+    if limit <= 0:
+        return []
+    candidates = (
+        InfillJob.objects.filter(state=InfillJob.State.QUEUED, cancel_requested=False,
+                                 config_sha256=claim.job.config_sha256)  # fmt: skip
+        .exclude(pk=claim.job.pk)
+        .order_by("created")
+        .values_list("pk", flat=True)[:limit]
+    )
+    mates: list[Claim] = []
+    for pk in list(candidates):
+        now = timezone.now()
+        taken = InfillJob.objects.filter(
+            pk=pk, state=InfillJob.State.QUEUED, cancel_requested=False
+        ).update(state=InfillJob.State.RUNNING, delivery_count=F("delivery_count") + 1,
+                 worker=worker, started=now, lease_expires=now + _lease(), progress={})  # fmt: skip
+        if taken:  # else another worker got there first
+            job = InfillJob.objects.get(pk=pk)
+            mates.append(Claim(job=job, delivery=job.delivery_count))
+    return mates
+
+
+def _route(job: InfillJob) -> RouteDecision:
+    decision = route_choose(job=job)
+    job.route, job.route_reason = decision.route, decision.as_json()
+    InfillJob.objects.filter(pk=job.pk).update(route=job.route, route_reason=job.route_reason)
+    return decision
+
+
+def _run_guarded(claim: Claim, worker: str, decision: RouteDecision, first: Any) -> str:
     job = claim.job
-    metrics.QUEUE_WAIT.observe((timezone.now() - job.created).total_seconds())
+    metrics.QUEUE_WAIT.observe(((job.started or timezone.now()) - job.created).total_seconds())
     started = time.monotonic()
     try:
-        state = _run_claimed(job, claim.delivery, worker)
+        state = _run_claimed(job, claim.delivery, worker, decision, first)
     except Exception as exc:  # a bug or an exhausted soft time limit: end it with a reason
-        log.exception("job %s crashed", job_id)
+        log.exception("job %s crashed", job.pk)
         name = type(exc).__name__
         reason = f"the worker stopped on an internal error ({name}: {exc})"
         if name == "SoftTimeLimitExceeded":
@@ -202,26 +248,65 @@ def job_run(*, job_id: str, worker: str) -> str:
     return state
 
 
-def _run_claimed(job: InfillJob, delivery: int, worker: str) -> str:
+@dataclass
+class _Batched:
+    """A first attempt already run in a batch: its outcome (or the canvas error)."""
+
+    outcome: Any
+    error: str | None
+    batch: list[str]
+
+
+def _first_attempt_batched(claims: list[Claim], decisions: dict[Any, RouteDecision],
+                           worker: str) -> dict[Any, _Batched]:  # fmt: skip
+    """One denoising batch for the first attempt of several jobs with one config."""
+    from gpu_worker.config import SamplerConfig
+    from gpu_worker.infill import infill_batch
+    from gpu_worker.runtime import choose_device, model_get
+
+    device = choose_device(settings.STENCIL_DEVICE)
+    loaded = model_get(Path(settings.STENCIL_MODEL_DIR), device=device)
+    config = claims[0].job.config
+    hooks = [_Progress(c.job, c.delivery, 0, int(config["max_steps"])) for c in claims]
+    results = infill_batch(
+        loaded, [{**c.job.request, "seed": derive_seed(c.job.seed, 0)} for c in claims],
+        config=SamplerConfig.from_json(config),
+        on_step=lambda row, entry: hooks[row].on_step(entry),
+        should_stop=lambda row: hooks[row].should_stop(),
+        device=device,
+    )  # fmt: skip
+    batch = [str(c.job.pk) for c in claims]
+    return {
+        c.job.pk: _Batched(outcome=None if isinstance(r, ValueError) else r,
+                           error=str(r) if isinstance(r, ValueError) else None, batch=batch)
+        for c, r in zip(claims, results, strict=True)
+    }  # fmt: skip
+
+
+def _run_claimed(job: InfillJob, delivery: int, worker: str, decision: RouteDecision,
+                 first: _Batched | None) -> str:  # fmt: skip
     from gpu_worker.runtime import choose_device, device_name, model_get
 
     device = choose_device(settings.STENCIL_DEVICE)
-    decision = route_choose(job=job)
-    job.route, job.route_reason = decision.route, decision.as_json()
-    InfillJob.objects.filter(pk=job.pk).update(route=job.route, route_reason=job.route_reason)
     plans = _attempt_plan(job, decision)
     reasons: list[str] = []
     for attempt, (route, config) in enumerate(plans):
         directory = settings.STENCIL_MODEL_DIR if route == "diffusion" else settings.STENCIL_AR_MODEL_DIR
         loaded = model_get(Path(directory), device=device)
         seed = derive_seed(job.seed, attempt)
-        hooks = _Progress(job, delivery, attempt, int(config["max_steps"]))
-        outcome = _attempt(job, loaded, route, config, seed, hooks, device)
-        if outcome is None:  # the canvas itself is bad: no retry can help
-            return job.state
+        batch = [str(job.pk)]
+        if attempt == 0 and first is not None:
+            if first.error is not None:
+                return _fail_bad_canvas(job, delivery, first.error)
+            outcome, batch = first.outcome, first.batch
+        else:
+            hooks = _Progress(job, delivery, attempt, int(config["max_steps"]))
+            outcome = _attempt(job, loaded, route, config, seed, hooks, device)
+            if isinstance(outcome, str):  # the canvas itself is bad: no retry can help
+                return _fail_bad_canvas(job, delivery, outcome)
+        run_id = _record_attempt(job, attempt, route, seed, outcome, loaded,
+                                 device_name(device), decision, batch)  # fmt: skip
         if outcome.cancelled:
-            _record_attempt(job, attempt, route, seed, outcome, loaded, device_name(device),
-                            decision, worker)  # fmt: skip
             _finish(job, delivery, state=InfillJob.State.CANCELLED,
                     reasons=[f"cancelled at step {outcome.steps}"])  # fmt: skip
             metrics.CANCELLATIONS.inc()
@@ -229,16 +314,17 @@ def _run_claimed(job: InfillJob, delivery: int, worker: str) -> str:
         InfillJob.objects.filter(pk=job.pk, delivery_count=delivery).update(
             state=InfillJob.State.VALIDATING
         )
-        run_id = _record_attempt(job, attempt, route, seed, outcome, loaded,
-                                 device_name(device), decision, worker)  # fmt: skip
         violations = list(outcome.violations)
         metrics.VALIDATION_SECONDS.observe(outcome.timings.get("validate", 0.0))
-        metrics.DENOISE_SECONDS.labels(route=route).observe(outcome.timings.get("denoise", 0.0))
+        seconds = outcome.timings.get("denoise", outcome.timings.get("total", 0.0))
+        (metrics.FALLBACK_SECONDS if route != decision.route else
+         metrics.DENOISE_SECONDS.labels(route=route)).observe(seconds)  # fmt: skip
         if not violations:
             result = {"holes": outcome.holes, "document": outcome.document, "violations": [],
                       "route": route, "attempt": attempt, "run_id": run_id,
                       "forward_passes": outcome.forward_passes, "steps": outcome.steps,
-                      "model": loaded.name, "placeholder_model": loaded.placeholder}  # fmt: skip
+                      "batch_size": len(batch), "model": loaded.name,
+                      "placeholder_model": loaded.placeholder}  # fmt: skip
             with transaction.atomic():
                 if _finish(job, delivery, state=InfillJob.State.SUCCEEDED, result=result):
                     draft_apply_job_result(job=job)
@@ -252,11 +338,24 @@ def _run_claimed(job: InfillJob, delivery: int, worker: str) -> str:
             f"{v.get('message', v.get('name'))}"
             for v in violations
         )
-        _open_incident(job, run_id, route, violations)
+        _open_incident(job, run_id, "validation_failure",
+                       f"{route} attempt {attempt + 1} failed validation: "
+                       + ", ".join(sorted({str(v.get('name')) for v in violations})))  # fmt: skip
         if attempt + 1 < len(plans):
             nxt = plans[attempt + 1][0]
-            (metrics.FALLBACKS if nxt != route else metrics.RETRIES.labels(outcome="retry")).inc()
+            if nxt != route:
+                metrics.FALLBACKS.inc()
+                _open_incident(job, run_id, "fallback", f"falling back from {route} to {nxt}")
+            else:
+                metrics.RETRIES.labels(outcome="retry").inc()
     _finish(job, delivery, state=InfillJob.State.FAILED, reasons=reasons)
+    return InfillJob.State.FAILED
+
+
+def _fail_bad_canvas(job: InfillJob, delivery: int, error: str) -> str:
+    _finish(job, delivery, state=InfillJob.State.FAILED,
+            reasons=[f"the request cannot be run: {error}"])  # fmt: skip
+    metrics.JOB_FAILURES.labels(reason="bad_canvas").inc()
     return InfillJob.State.FAILED
 
 
@@ -293,21 +392,19 @@ def _attempt(job: InfillJob, loaded: Any, route: str, config: dict[str, Any], se
 
         return infill_request(loaded, request, config=sampler_config, on_step=hooks.on_step,
                               should_stop=hooks.should_stop, device=device)  # fmt: skip
-    except ValueError as exc:  # the canvas does not fit the model: tell the person why
-        _finish(job, hooks.delivery, state=InfillJob.State.FAILED,
-                reasons=[f"the request cannot be run: {exc}"])  # fmt: skip
-        metrics.JOB_FAILURES.labels(reason="bad_canvas").inc()
-        return None
+    except ValueError as exc:  # the canvas does not fit the model: the caller says why
+        return str(exc)
 
 
 def _record_attempt(job: InfillJob, attempt: int, route: str, seed: int, outcome: Any,
-                    loaded: Any, device: str, decision: RouteDecision, worker: str) -> str:  # fmt: skip
+                    loaded: Any, device: str, decision: RouteDecision,
+                    batch: list[str]) -> str:  # fmt: skip
     from audit.services import run_record_create
 
     run = run_record_create(
         job_id=str(job.id), attempt=attempt, route=route, model_dir=str(loaded.directory),
         weights_sha256=loaded.weights_sha256, tokenizer_sha256=loaded.tokenizer_sha256,
-        request={**job.request, "seed": seed}, outcome=outcome, batch_job_ids=[str(job.id)],
+        request={**job.request, "seed": seed}, outcome=outcome, batch_job_ids=batch,
         device=device, router_decision=decision.as_json(), correlation_id=str(job.id),
         template_version=_template_version(job),
     )  # fmt: skip
@@ -316,7 +413,7 @@ def _record_attempt(job: InfillJob, attempt: int, route: str, seed: int, outcome
         "attempt": attempt, "route": route, "seed": seed, "run_id": run_id,
         "steps": outcome.steps, "forward_passes": outcome.forward_passes,
         "violations": list(outcome.violations), "cancelled": outcome.cancelled,
-        "seconds": round(float(outcome.timings.get("total", 0.0)), 4),
+        "seconds": round(float(outcome.timings.get("total", 0.0)), 4), "batch": batch,
     }]  # fmt: skip
     InfillJob.objects.filter(pk=job.pk).update(attempts=job.attempts)
     return run_id
@@ -329,14 +426,13 @@ def _template_version(job: InfillJob) -> str | None:
     return f"{version.template.slug}@{version.number}" if version else None
 
 
-def _open_incident(job: InfillJob, run_id: str, route: str, violations: list[Any]) -> None:
+def _open_incident(job: InfillJob, run_id: str, kind: str, summary: str) -> None:
     from audit.models import RunRecord
     from audit.services import incident_open
 
-    names = ", ".join(sorted({str(v.get("name")) for v in violations}))
     incident_open(
-        kind="validation_failure",
-        summary=f"{route} attempt failed validation: {names}",
+        kind=kind,
+        summary=summary,
         run=RunRecord.objects.filter(pk=uuid.UUID(run_id)).first(),
         job_id=str(job.id),
     )

@@ -17,8 +17,14 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from drafting.models import DocumentTemplate, Draft, DraftRevision, Fragment, InfillJob
-from drafting.models import TemplateVersion
+from drafting.models import (
+    DocumentTemplate,
+    Draft,
+    DraftRevision,
+    Fragment,
+    InfillJob,
+    TemplateVersion,
+)
 from drafting.templating import TemplateError, constraint_check, field_errors, parse_template
 
 DRAFT_TITLE_MAX = 200

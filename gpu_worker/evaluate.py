@@ -378,8 +378,11 @@ def markdown_table(results: dict[str, Any]) -> str:
     lines = [head, "|---|---|---|---|---|---|---|---|"]
     for kind, m in results["per_kind"].items():
         d, a = m["denoiser"], m["ar_fim"]
+        em_d, em_a = f"{d['exact_match']:.2f}", f"{a['exact_match']:.2f}"
+        if d["exact_match"] != a["exact_match"]:  # bold the better one
+            em_d, em_a = (f"**{em_d}**", em_a) if d["exact_match"] > a["exact_match"] else (em_d, f"**{em_a}**")
         lines.append(
-            f"| {kind} | {d['cases']} | **{d['exact_match']:.2f}** / {a['exact_match']:.2f} | "
+            f"| {kind} | {d['cases']} | {em_d} / {em_a} | "
             f"{d['token_accuracy']:.2f} / {a['token_accuracy']:.2f} | "
             f"{d['validity']:.2f} / {a['validity']:.2f} | "
             f"{d['locked_preserved']:.2f} / {a['locked_preserved']:.2f} | "

@@ -132,7 +132,7 @@ def infill_request(
         request,
         loaded.tokenizer,
         max_len=model_int(network, "max_len"),
-        vocab_size=_vocab_size(loaded),
+        vocab_size=model_vocab_size(loaded),
     )
     cfg = config if config is not None else _config_from_request(canvas.sampler)
     encoded = time.perf_counter()
@@ -182,7 +182,8 @@ def infill_request(
     )
 
 
-def _vocab_size(loaded: LoadedModel) -> int:
+def model_vocab_size(loaded: LoadedModel) -> int:
+    """The network's output vocabulary (it may exceed the tokenizer's)."""
     model_config = getattr(loaded.network, "config", None)
     size = getattr(model_config, "vocab_size", None)
     return int(size) if size is not None else loaded.tokenizer.vocab_size

@@ -610,9 +610,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.kind == "tokenizer":
-        out = args.out or args.tokenizer
-        tok = train_tokenizer(out)
-        print(f"tokenizer: {tok.vocab_size} tokens -> {out} (sha256 {file_sha256(out)})")
+        target: Path = args.out or args.tokenizer
+        trained = train_tokenizer(target)
+        print(f"tokenizer: {trained.vocab_size} tokens -> {target} (sha256 {file_sha256(target)})")
         return
     if args.out is None:
         parser.error("--out is required for a model")
@@ -629,7 +629,7 @@ def main(argv: list[str] | None = None) -> None:
         cfg, tok, checkpoint=checkpoint, steps=args.steps, minutes=args.minutes,
         bf16=not args.no_bf16,
     )  # fmt: skip
-    out: Path = args.out
+    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     save_model_dir(model, out, dtype=torch.bfloat16)
     shutil.copyfile(args.tokenizer, out / "tokenizer.json")

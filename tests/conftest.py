@@ -41,7 +41,8 @@ def other_user(django_user_model: Any) -> Any:
 def demo_templates(db: Any) -> None:
     from django.core.management import call_command
 
-    call_command("load_demo", stdout=open(os.devnull, "w"))
+    with open(os.devnull, "w") as quiet:
+        call_command("load_demo", stdout=quiet)
 
 
 @pytest.fixture(scope="session")

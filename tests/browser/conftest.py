@@ -65,7 +65,7 @@ def _shared_connections() -> dict[str, Any]:
 
     shared: dict[str, Any] = {}
     for conn in connections.all():
-        if conn.vendor == "sqlite" and conn.is_in_memory_db():
+        if conn.vendor == "sqlite" and getattr(conn, "is_in_memory_db", lambda: False)():
             shared[conn.alias] = conn
     return shared
 

@@ -70,9 +70,10 @@ def watch_job(page: Any, job_id: str, start: Callable[[str], threading.Thread],
     """Run the job the page is showing and wait until the page reports its final state."""
     thread = start(job_id)
     if screenshot is not None:
-        page.wait_for_function(
-            "['running', 'validating', 'succeeded', 'failed'].includes("
-            "document.getElementById('progress').dataset.state)"
+        page.wait_for_function(  # a step under way, or already over
+            "document.getElementById('step').textContent.includes(' of ') || "
+            f"'{FINAL}'.includes(document.getElementById('progress').dataset.state)",
+            timeout=120_000,
         )
         page.screenshot(path=str(screenshot), full_page=True)
     page.wait_for_function(
@@ -101,8 +102,8 @@ def test_draft_a_referral_letter_from_login_to_export(
     page.get_by_role("button", name="Create draft").click()
     assert page.locator("#field-sender-error").inner_text() == "Your name is required."
     assert page.get_by_label("Patient name").input_value() == "Jonas Berg"
-    page.get_by_label("Your name").fill("Dr. Lea Martin")
     page.screenshot(path=str(screenshot_dir / "form.png"), full_page=True)
+    page.get_by_label("Your name").fill("Dr. Lea Martin")
     page.get_by_role("button", name="Create draft").click()
     page.wait_for_url(re.compile(r".*/drafts/\d+/$"))
     draft = Draft.objects.get(owner=alice)

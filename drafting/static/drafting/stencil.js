@@ -238,5 +238,8 @@
     var progress = document.getElementById("progress");
     if (progress && progress.dataset.jobUrl) { setupProgress(progress); }
     document.querySelectorAll("form[data-once]").forEach(setupOnce);
+    // After a refused submit, start where the first problem is.
+    var invalid = document.querySelector("form [aria-invalid=true]");
+    if (invalid) { invalid.focus(); }
   });
 })();
