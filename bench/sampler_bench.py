@@ -53,11 +53,11 @@ class Case:
     targets: dict[str, str]  # hole name -> reference text
 
 
-def eval_cases(loaded: LoadedModel, per_kind: int) -> list[Case]:
+def eval_cases(loaded: LoadedModel, per_kind: int, kinds: tuple[str, ...] = KINDS) -> list[Case]:
     from gpu_worker.evaluate import build_cases
 
     cases = []
-    for kind in KINDS:
+    for kind in kinds:
         for case in build_cases(kind, per_kind, loaded.tokenizer.encode):
             cases.append(Case(case.request(), {h.name: h.target for h in case.holes}))
     return cases
@@ -104,7 +104,9 @@ def exact(holes: dict[str, str], targets: dict[str, str]) -> float:
 
 def run_route(route: Callable[[dict[str, Any]], Any], cases: list[Case]) -> dict[str, float]:
     """Quality and cost of one route over the cases, one request at a time."""
-    em, valid, passes, seconds, per_hole, committed, forward_ms, step_ms = ([] for _ in range(8))
+    em, valid, passes, seconds, per_hole, committed, padded, forward_ms, step_ms = (
+        [] for _ in range(9)
+    )
     for case in cases:
         started = time.perf_counter()
         outcome = route(case.request)
@@ -114,8 +116,8 @@ def run_route(route: Callable[[dict[str, Any]], Any], cases: list[Case]) -> dict
         passes.append(outcome.forward_passes)
         seconds.append(wall)
         per_hole.append(wall / len(case.targets))
-        committed.append(sum(int(e.get("committed", 0)) + int(e.get("padded", 0))
-                             for e in outcome.trace))  # fmt: skip
+        committed.append(sum(int(e.get("committed", 0)) for e in outcome.trace))
+        padded.append(sum(int(e.get("padded", 0)) for e in outcome.trace))
         forward_ms.append(sum(float(e.get("forward_ms", 0.0)) for e in outcome.trace))
         step_ms.append(sum(float(e.get("step_ms", 0.0)) for e in outcome.trace))
     total_step = sum(step_ms)
@@ -124,7 +126,8 @@ def run_route(route: Callable[[dict[str, Any]], Any], cases: list[Case]) -> dict
         "exact_match": statistics.mean(em),
         "validity": statistics.mean(valid),
         "forward_passes": statistics.mean(passes),
-        "tokens_per_forward": sum(committed) / max(1, sum(passes)),
+        "tokens_per_forward": sum(committed) / max(1, sum(passes)),  # model commits only
+        "padded_per_forward": sum(padded) / max(1, sum(passes)),  # tails ended by EOS / pad
         "seconds_per_case": statistics.mean(seconds),
         "seconds_per_hole": statistics.mean(per_hole),
         "outside_forward_share": (1 - sum(forward_ms) / total_step) if total_step else 0.0,
@@ -188,12 +191,14 @@ def markdown(results: dict[str, Any]) -> str:
         "# Sampler benchmark", "",
         f"Model `{results['model']['name']}` (placeholder={results['model']['placeholder']}), "
         f"{results['cases']} cases, device {results['device']}, torch {results['torch']}.", "",
-        "| config | EM | valid | fwd passes | tok/fwd | s/case | s/hole | outside fwd |",
-        "|---|---|---|---|---|---|---|---|",
+        *([f"> {results['note']}", ""] if results.get("note") else []),
+        "| config | EM | valid | fwd passes | tok/fwd | pad/fwd | s/case | s/hole | outside fwd |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for name, r in results["batch1"].items():
         lines.append(f"| {name} | {r['exact_match']:.3f} | {r['validity']:.2f} | {r['forward_passes']:.1f} | "
-                     f"{r['tokens_per_forward']:.2f} | {r['seconds_per_case']:.3f} | "
+                     f"{r['tokens_per_forward']:.2f} | {r['padded_per_forward']:.2f} | "
+                     f"{r['seconds_per_case']:.3f} | "
                      f"{r['seconds_per_hole']:.3f} | {r['outside_forward_share']:.1%} |")  # fmt: skip
     lines += ["", "| batched config | batch | EM | fwd passes | s/case |", "|---|---|---|---|---|"]
     for r in results["batched"]:
@@ -232,20 +237,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=6, help="cases per hole kind")
     parser.add_argument("--docs", type=int, default=3, help="whole documents with 8+ holes")
     parser.add_argument("--out", default="bench/sampler")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated hole kinds")
+    parser.add_argument("--note", default="", help="a caveat printed at the top of REPORT.md")
     args = parser.parse_args(argv)
     loaded = load_backend(Path(args.model))
-    cases = eval_cases(loaded, args.cases)
+    started = time.perf_counter()
+    cases = eval_cases(loaded, args.cases, tuple(args.kinds.split(",")))
+    print(f"{len(cases)} cases built in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     results: dict[str, Any] = {
         "model": {"name": loaded.name, "placeholder": loaded.placeholder,
                   "weights_sha256": loaded.weights_sha256},
         "cases": len(cases), "device": "cpu", "torch": torch.__version__,
         "python": platform.python_version(), "threads": torch.get_num_threads(),
+        "note": args.note,
     }  # fmt: skip
     grid = sampler_grid()
-    results["batch1"] = {
-        name: run_route(lambda r, c=config: infill_request(loaded, r, config=c), cases)
-        for name, config in grid.items()
-    }
+    results["batch1"] = {}
+    for name, config in grid.items():
+        print(f"batch 1: {name}", file=sys.stderr)
+        results["batch1"][name] = run_route(
+            lambda r, c=config: infill_request(loaded, r, config=c), cases
+        )
     results["batched"] = [
         {"config": name, **run_batched(loaded, cases, grid[name], batch)}
         for name in ("threshold-0.9", "threshold-0.9+cache") for batch in (1, 4, 8)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 MAX_BODY_BYTES = 1_000_000  # 1 MB: larger request bodies are refused before they are read
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
+MAX_SEED = 2**63 - 1  # InfillJob.seed is a signed 64-bit integer
 EXPORT_FORMATS = {"txt": "txt", "md": "md"}
 
 ApiView = Callable[..., HttpResponse]
@@ -134,6 +135,8 @@ def json_body(
             raise BadRequest(f"the body is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object")
+    if _has_nul(data):  # PostgreSQL cannot store U+0000 in text or jsonb
+        raise BadRequest("text may not contain NUL (U+0000) characters")
     unknown = sorted(set(data) - set(allowed))
     if unknown:
         raise BadRequest(
@@ -147,6 +150,16 @@ def json_body(
             errors={name: "this field is required" for name in missing},
         )
     return data
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 def _typed(data: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> Any:
@@ -466,6 +479,9 @@ def infill(request: HttpRequest) -> HttpResponse:
     data = json_body(request, allowed=set(services.CANVAS_KEYS) | {"preset"},
                      required={"segments"})  # fmt: skip
     preset = _preset(data)
+    seed = data.get("seed")
+    if isinstance(seed, int) and seed > MAX_SEED:  # the job row stores a signed 64-bit seed
+        raise BadRequest(f"seed must be at most {MAX_SEED}", errors={"seed": "too large"})
     canvas = {k: v for k, v in data.items() if k != "preset"}
     job = services.infill_job_create(owner=request.user, request=canvas, preset=preset)
     return JsonResponse(job_json(job), status=202)

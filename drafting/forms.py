@@ -76,4 +76,9 @@ def form_fields(
 
 def values_from_post(specs: list[dict[str, Any]], data: QueryDict) -> dict[str, str]:
     """The declared fields' values as typed (other POST keys, like the CSRF token, are not)."""
-    return {spec["name"]: data.get(spec["name"], "") for spec in specs}
+    return {spec["name"]: post_text(data, spec["name"]) for spec in specs}
+
+
+def post_text(data: QueryDict, name: str) -> str:
+    """A posted text without NUL characters (no browser sends them; PostgreSQL refuses them)."""
+    return str(data.get(name) or "").replace("\x00", "")

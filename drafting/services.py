@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -28,6 +29,7 @@ from drafting.models import (
 from drafting.templating import TemplateError, constraint_check, field_errors, parse_template
 
 DRAFT_TITLE_MAX = 200
+MAX_SEED = 2**63 - 1  # a seed is stored in a signed 64-bit column
 CHARS_PER_TOKEN_ESTIMATE = 3  # sizing a hole for text a person unlocked: ~3 chars per token
 MIN_UNLOCKED_HOLE_TOKENS = 4
 
@@ -112,6 +114,10 @@ def _clean_values(version: TemplateVersion, values: dict[str, Any]) -> dict[str,
 def draft_values_check(*, version: TemplateVersion, values: dict[str, Any]) -> dict[str, Any]:
     """Cleaned values, or UserError with a message per field."""
     cleaned = _clean_values(version, values)
+    nul = sorted(k for k, v in cleaned.items() if isinstance(v, str) and "\x00" in v)
+    if nul:
+        raise UserError("Some fields need attention.",
+                        errors={k: "This field contains a NUL character." for k in nul})  # fmt: skip
     errors = field_errors(
         cleaned, version.fields, max_field_length=settings.STENCIL_MAX_FIELD_LENGTH
     )
@@ -283,7 +289,13 @@ def fragment_split_for_regeneration(*, fragment: Fragment, start: int, end: int)
 
 @transaction.atomic
 def draft_accept(*, draft: Draft, expected_revision: int, user: Any) -> DraftRevision:
-    """Make an immutable accepted revision; compare-and-set on the draft's revision."""
+    """Make an immutable accepted revision; compare-and-set on the draft's revision.
+
+    Only reviewers (the ``drafting.accept_draft`` permission) accept; accepting text that is
+    already the accepted revision is refused rather than recorded twice.
+    """
+    if not user.has_perm("drafting.accept_draft"):
+        raise PermissionDenied("accepting a draft needs the reviewer role")
     if draft.fragments.filter(status=Fragment.Status.PROVISIONAL).exists():
         raise UserError("accept or reject every provisional span first")
     if draft.fragments.filter(kind=Fragment.Kind.FILL, text="").exists():
@@ -294,6 +306,9 @@ def draft_accept(*, draft: Draft, expected_revision: int, user: Any) -> DraftRev
     if updated == 0:
         raise ConflictError("the draft changed since this page was loaded (or was already accepted)")
     draft.refresh_from_db()
+    current = "".join(f.text for f in draft.fragments.all())
+    if draft.accepted_revision is not None and draft.accepted_revision.text == current:
+        raise ConflictError(f"this text is already accepted as revision {draft.accepted_revision.number}")
     revision = draft_revision_record(draft=draft, reason="accepted", user=user, accepted=True)
     Draft.objects.filter(pk=draft.pk).update(accepted_revision=revision)
     draft.refresh_from_db()
@@ -424,8 +439,10 @@ def canvas_request_check(request: Any) -> dict[str, Any]:
             f"{settings.STENCIL_MAX_REQUEST_TOKENS}"
         )
     seed = request.get("seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-        raise UserError("seed must be a non-negative integer")
+    if seed is not None and (
+        not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED
+    ):
+        raise UserError(f"seed must be an integer from 0 to {MAX_SEED}")
     if "sampler" in request and not isinstance(request["sampler"], dict):
         raise UserError("sampler must be an object of SamplerConfig overrides")
     return request

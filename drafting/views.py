@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
@@ -20,7 +21,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from drafting import selectors, services
 from drafting.api import export_response, job_json
 from drafting.auth import api_token_create, api_token_list_for_user, api_token_revoke
-from drafting.forms import form_fields, values_from_post
+from drafting.forms import form_fields, post_text, values_from_post
 from drafting.models import Draft, Fragment, InfillJob
 
 PRESET_CHOICES = [
@@ -67,7 +68,7 @@ def draft_new(request: HttpRequest, slug: str) -> HttpResponse:
     status = 200
     if request.method == "POST":
         values = values_from_post(version.fields, request.POST)
-        title = request.POST.get("title", "") or template.title
+        title = post_text(request.POST, "title") or template.title
         try:
             draft = services.draft_create(
                 owner=request.user, version=version, values=values, title=title
@@ -112,14 +113,20 @@ class FragmentRow:
             return f"template text “{excerpt}”"
         return self.label
 
+    @property
+    def blank(self) -> bool:
+        """Whitespace-only template text: nothing a person would lock or rewrite."""
+        return self.kind == Fragment.Kind.TEXT and not self.text.strip()
+
     @classmethod
-    def of(cls, fragment: Fragment) -> FragmentRow:
+    def of(cls, fragment: Fragment, field_labels: dict[str, str]) -> FragmentRow:
         spec = fragment.spec or {}
+        label = field_labels.get(fragment.name) if fragment.kind == Fragment.Kind.FIELD else None
         return cls(
             id=fragment.id, position=fragment.position, kind=fragment.kind, name=fragment.name,
             text=fragment.text, locked=fragment.locked, status=fragment.status,
             status_display=fragment.get_status_display(),
-            label=str(spec.get("label") or fragment.name or "selected text"),
+            label=str(label or spec.get("label") or fragment.name or "selected text"),
             hint=str(spec.get("hint") or ""),
         )  # fmt: skip
 
@@ -127,9 +134,10 @@ class FragmentRow:
 def _draft_context(draft: Draft, values: dict[str, Any] | None = None,
                    errors: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     latest = selectors.job_latest_for_draft(draft=draft)
+    labels = {f["name"]: f.get("label") or f["name"] for f in draft.template_version.fields}
     return {
         "draft": draft,
-        "fragments": [FragmentRow.of(f) for f in draft.fragments.all()],
+        "fragments": [FragmentRow.of(f, labels) for f in draft.fragments.all()],
         "fields": form_fields(draft.template_version.fields,
                               draft.values if values is None else values, errors or {}),
         "active_job": selectors.job_active_for_draft(draft=draft),
@@ -233,6 +241,10 @@ def draft_review(request: HttpRequest, draft_id: int) -> HttpResponse:
     context = _draft_context(draft)
     context["diff_lines"] = _diff_lines(services.revision_diff(draft=draft))
     context["revisions"] = list(selectors.draft_revision_list(draft=draft)[:10])
+    accepted = draft.accepted_revision
+    context["accepted_current"] = (
+        accepted is not None and accepted.text == selectors.draft_text(draft=draft)
+    )
     return render(request, "drafting/draft_review.html", context)
 
 
@@ -261,7 +273,7 @@ def fragment_review(request: HttpRequest, draft_id: int, fragment_id: int) -> Ht
     fragment = selectors.fragment_get_for_user(user=request.user, draft=draft,
                                                fragment_id=fragment_id)  # fmt: skip
     action = request.POST.get("action", "")
-    text = request.POST.get("text") if action == "edit" else None
+    text = post_text(request.POST, "text") if "text" in request.POST else None
     try:
         services.fragment_review(fragment=fragment, action=action, user=request.user, text=text)
     except services.UserError as exc:
@@ -283,7 +295,7 @@ def draft_accept(request: HttpRequest, draft_id: int) -> HttpResponse:
     try:
         revision = services.draft_accept(draft=draft, expected_revision=expected,
                                          user=request.user)  # fmt: skip
-    except services.UserError as exc:
+    except (services.UserError, PermissionDenied) as exc:
         messages.error(request, f"Not accepted: {exc}.")
     except services.ConflictError:
         draft.refresh_from_db()
@@ -347,7 +359,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
     status = 200
     if request.method == "POST":
         try:
-            _, new_key = api_token_create(user=request.user, name=request.POST.get("name", ""))
+            _, new_key = api_token_create(user=request.user, name=post_text(request.POST, "name"))
         except services.UserError as exc:
             error, status = exc.errors.get("name", str(exc)), 400
     context = {

@@ -299,16 +299,13 @@ def _tokenize(
         _append_locked(pending[: len(pending) - len(prefix)], tokenizer, ids, protect)
         pending = ""
         constraint, length = _hole_constraint(item, tokenizer, table, prefix)
+        _check_fits(len(ids) + length, max_len)
         holes.append(Hole(item.name, item.group or item.name, len(ids), length, constraint, prefix))
         pieces.append(Piece(None, len(holes) - 1, item.group))
         ids.extend([tokenizer.special.mask] * length)
         protect.extend([False] * length)
     _append_locked(pending, tokenizer, ids, protect)
-    if len(ids) > max_len:
-        raise ValueError(
-            f"the canvas needs {len(ids)} tokens (locked text plus every hole's max_tokens) "
-            f"but the model's context is max_len={max_len}"
-        )
+    _check_fits(len(ids), max_len)
     free = _free_vocab(tokenizer, table)
     return Canvas(
         ids=torch.tensor(ids, dtype=torch.long),
@@ -323,6 +320,14 @@ def _tokenize(
         groups=groups,
         tokenizer=tokenizer,
     )
+
+
+def _check_fits(needed: int, max_len: int) -> None:
+    if needed > max_len:
+        raise ValueError(
+            f"the canvas needs at least {needed} tokens (locked text plus every hole's "
+            f"max_tokens) but the model's context is max_len={max_len}"
+        )
 
 
 def _append_locked(

@@ -67,7 +67,6 @@ def _single_char(cs: CharSet) -> int | None:
 
 
 _DOT = CharSet.of([(ord("\n"), ord("\n"))], negated=True)
-_ANY = CharSet.of([], negated=True)  # every character, newline included
 _CLASS_ESCAPES: dict[str, tuple[tuple[tuple[int, int], ...], bool]] = {
     "d": (((ord("0"), ord("9")),), False),
     "D": (((ord("0"), ord("9")),), True),
@@ -205,7 +204,7 @@ class _Parser:
         if ch == ".":
             return Chars(_DOT)
         if ch == "\\":
-            return Chars(self.escape(in_class=False))
+            return Chars(self.escape())
         if ch == "^":
             if self.pos != 1:
                 raise self.fail("anchor '^' inside the pattern")
@@ -254,7 +253,7 @@ class _Parser:
             if ch == "[" and self.peek() == ":":
                 raise self.fail("POSIX class [:...:]")
             if ch == "\\":
-                escaped = self.escape(in_class=True)
+                escaped = self.escape()
                 single = _single_char(escaped)
                 if single is None:  # \d \w \s and their negations
                     items.extend(escaped.items)
@@ -266,7 +265,7 @@ class _Parser:
             if self.peek() == "-" and self.src[self.pos + 1 : self.pos + 2] not in ("]", ""):
                 self.take()
                 end_ch = self.take()
-                end_set = self.escape(in_class=True) if end_ch == "\\" else _literal(end_ch)
+                end_set = self.escape() if end_ch == "\\" else _literal(end_ch)
                 end = _single_char(end_set)
                 if end is None:
                     raise self.fail("a class escape as the end of a range")
@@ -278,7 +277,7 @@ class _Parser:
             raise ValueError(f"pattern {self.src!r}: empty character class")
         return CharSet(tuple(items), negated)
 
-    def escape(self, *, in_class: bool) -> CharSet:
+    def escape(self) -> CharSet:
         if self.peek() is None:
             raise ValueError(f"pattern {self.src!r}: trailing backslash")
         ch = self.take()
@@ -416,8 +415,10 @@ class CharAutomaton:
     def fullmatch(self, text: str) -> bool:
         return self.accepting(self.run(text))
 
-    def states_of(self, state: int) -> frozenset[int]:
-        return self._sets[state]
+
+def check_pattern(pattern: str) -> None:
+    """Raise ``ValueError`` naming the first feature of ``pattern`` the sampler cannot enforce."""
+    parse_pattern(pattern)
 
 
 def pattern_fullmatch(pattern: str, text: str) -> bool:
@@ -699,6 +700,7 @@ __all__ = [
     "SkeletonValue",
     "TokenTable",
     "build_choices",
+    "check_pattern",
     "parse_pattern",
     "pattern_constraint",
     "pattern_fullmatch",

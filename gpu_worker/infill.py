@@ -26,9 +26,9 @@ from typing import Any
 import torch
 
 from gpu_worker.backends import LoadedModel
-from gpu_worker.canvas import parse_canvas
+from gpu_worker.canvas import Canvas, parse_canvas
 from gpu_worker.config import SamplerConfig, config_from_overrides
-from gpu_worker.sampler import StepInfo, denoise, model_int
+from gpu_worker.sampler import DenoiseResult, StepInfo, denoise_batch, model_int
 from gpu_worker.validation import validate
 
 DEFAULT_MODEL_DIR = Path("models/stencil-denoiser")
@@ -100,7 +100,7 @@ def _json_sha256(value: Any) -> str:
     return hashlib.sha256(_canonical(value).encode()).hexdigest()
 
 
-# -- the entry point ---------------------------------------------------------------------------
+# -- the entry points --------------------------------------------------------------------------
 def infill_request(
     loaded: LoadedModel,
     request: dict[str, Any],
@@ -121,48 +121,129 @@ def infill_request(
     live previews and diagnostic sampling; that text is never put in the trace.
     Raises ``ValueError`` for a bad request; validation failures are in ``violations``.
     """
+    outcome = infill_batch(
+        loaded,
+        [request],
+        config=config,
+        on_step=(lambda _row, entry: on_step(entry)) if on_step is not None else None,
+        should_stop=(lambda _row: should_stop()) if should_stop is not None else None,
+        device=device,
+        on_snapshot=(
+            (lambda _row, step, texts: on_snapshot(step, texts))
+            if on_snapshot is not None
+            else None
+        ),
+    )[0]
+    if isinstance(outcome, ValueError):
+        raise outcome
+    return outcome
+
+
+def infill_batch(
+    loaded: LoadedModel,
+    requests: Sequence[dict[str, Any]],
+    *,
+    config: SamplerConfig | None = None,
+    on_step: Callable[[int, dict[str, Any]], None] | None = None,
+    should_stop: Callable[[int], bool] | None = None,
+    device: str | torch.device | None = None,
+    on_snapshot: Callable[[int, int, dict[str, str]], None] | None = None,
+) -> list[InfillOutcome | ValueError]:
+    """Fill several requests in one batch (one forward pass per step for all of them).
+
+    Like :func:`infill_request`, with hooks that take the request's index first. A request
+    that cannot be read comes back as its ``ValueError`` in its place; the others still run.
+    Without ``config``, every request must resolve to the same config (a batch has one).
+    ``timings["denoise"]`` is the batch's; each request has its own generator from its seed.
+    """
     started = time.perf_counter()
-    network = loaded.network
+    network = _denoiser_network(loaded, device)
+    outcomes: list[InfillOutcome | ValueError] = []
+    good: list[int] = []  # indexes of the requests that parsed
+    canvases: list[Canvas] = []
+    configs: set[SamplerConfig] = set()
+    for index, request in enumerate(requests):
+        try:
+            canvas = parse_canvas(
+                request,
+                loaded.tokenizer,
+                max_len=model_int(network, "max_len"),
+                vocab_size=model_vocab_size(loaded),
+            )
+            configs.add(config or _config_from_request(canvas.sampler))
+        except ValueError as exc:
+            outcomes.append(exc)
+            continue
+        outcomes.append(ValueError("not run"))  # replaced below
+        good.append(index)
+        canvases.append(canvas)
+    if not good:
+        return outcomes
+    if len(configs) != 1:
+        raise ValueError("requests in one batch must share one sampler config")
+    cfg = configs.pop()
+    encoded = time.perf_counter()
+    entries: list[list[dict[str, Any]]] = [[] for _ in good]
+
+    def record(row: int, info: StepInfo) -> None:
+        entry = trace_entry(info)
+        entries[row].append(entry)
+        if on_step is not None:
+            on_step(good[row], entry)
+        if on_snapshot is not None:
+            texts = canvases[row].hole_texts(info.ids, loaded.tokenizer)
+            on_snapshot(good[row], info.step, texts)
+
+    run_device = next(network.parameters()).device
+    generators = [torch.Generator(device=run_device).manual_seed(c.seed) for c in canvases]
+    results = denoise_batch(
+        network,
+        canvases,
+        cfg,
+        generators,
+        on_step=record,
+        should_stop=(lambda row: should_stop(good[row])) if should_stop is not None else None,
+    )
+    denoised = time.perf_counter()
+    for row, (canvas, result) in enumerate(zip(canvases, results, strict=True)):
+        before = time.perf_counter()
+        violations = validate(canvas, result.ids, loaded.tokenizer)
+        checked = time.perf_counter()
+        timings = {
+            "encode": encoded - started,
+            "denoise": denoised - encoded,
+            "validate": checked - before,
+            "total": (denoised - started) + (checked - before),
+        }
+        outcome = _outcome(loaded, canvas, cfg, result, entries[row], timings)
+        outcome.violations = [v.to_dict() for v in violations]
+        outcome.device = str(run_device)
+        outcomes[good[row]] = outcome
+    return outcomes
+
+
+def _denoiser_network(loaded: LoadedModel, device: str | torch.device | None) -> torch.nn.Module:
     if loaded.kind == "ar_fim":
         raise ValueError(f"model {loaded.name!r} is an AR-FIM model: use the AR route")
     if device is not None:
-        network.to(torch.device(device))
-    run_device = next(network.parameters()).device
-    canvas = parse_canvas(
-        request,
-        loaded.tokenizer,
-        max_len=model_int(network, "max_len"),
-        vocab_size=model_vocab_size(loaded),
-    )
-    cfg = config if config is not None else _config_from_request(canvas.sampler)
-    encoded = time.perf_counter()
+        loaded.network.to(torch.device(device))
+    return loaded.network
 
-    entries: list[dict[str, Any]] = []
 
-    def record(info: StepInfo) -> None:
-        entry = trace_entry(info)
-        entries.append(entry)
-        if on_step is not None:
-            on_step(entry)
-        if on_snapshot is not None:
-            on_snapshot(info.step, canvas.hole_texts(info.ids, loaded.tokenizer))
-
-    generator = torch.Generator(device=run_device).manual_seed(canvas.seed)
-    result = denoise(network, canvas, cfg, generator, on_step=record, should_stop=should_stop)
-    denoised = time.perf_counter()
-    violations = validate(canvas, result.ids, loaded.tokenizer)
-    finished = time.perf_counter()
+def _outcome(
+    loaded: LoadedModel,
+    canvas: Canvas,
+    cfg: SamplerConfig,
+    result: DenoiseResult,
+    entries: list[dict[str, Any]],
+    timings: dict[str, float],
+) -> InfillOutcome:
     return InfillOutcome(
         holes=result.hole_texts,
         document=result.document,
         forward_passes=result.forward_passes,
         steps=result.steps,
-        timings={
-            "encode": encoded - started,
-            "denoise": denoised - encoded,
-            "validate": finished - denoised,
-            "total": finished - started,
-        },
+        timings=timings,
         trace=entries,
         trace_sha256=trace_chain(entries),
         config=cfg.to_dict(),
@@ -170,7 +251,7 @@ def infill_request(
         seed=canvas.seed,
         route="diffusion",
         cancelled=result.cancelled,
-        violations=[v.to_dict() for v in violations],
+        violations=[],
         model={
             "name": loaded.name,
             "kind": loaded.kind,
@@ -178,7 +259,6 @@ def infill_request(
             "tokenizer_sha256": loaded.tokenizer_sha256,
             "placeholder": loaded.placeholder,
         },
-        device=str(run_device),
     )
 
 
@@ -272,4 +352,11 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["InfillOutcome", "infill_request", "main", "trace_chain", "trace_entry"]
+__all__ = [
+    "InfillOutcome",
+    "infill_batch",
+    "infill_request",
+    "main",
+    "trace_chain",
+    "trace_entry",
+]

@@ -22,7 +22,7 @@ import contextlib
 import hashlib
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +89,7 @@ class _Row:
     blocks: list[torch.Tensor]  # [n_b] long positions of each block
     confidence: torch.Tensor  # [L] float probability at commit time (nan = never)
     remasks: torch.Tensor  # [L] long times each position was re-masked
+    free_vocab: torch.Tensor  # [V] bool, the canvas's free_vocab on the model's device
     pattern_state: dict[int, int] = field(default_factory=dict)  # hole -> automaton state
     block: int = 0
     block_steps: int = 0
@@ -245,6 +246,7 @@ def _new_row(
         blocks=[b.to(x.device) for b in plan_blocks(canvas, config)],
         confidence=torch.full((canvas.length,), math.nan, device=x.device),
         remasks=torch.zeros(canvas.length, dtype=torch.long, device=x.device),
+        free_vocab=canvas.free_vocab.to(x.device),
     )
     for i, hole in enumerate(canvas.holes):
         if isinstance(hole.constraint, PatternConstraint):
@@ -420,16 +422,17 @@ def _first_masked(row: _Row, hole_index: int) -> int:
 def _allowed(row: _Row, positions: torch.Tensor) -> torch.Tensor:
     """[n, V] bool: tokens each position may take."""
     canvas = row.canvas
-    rows = []
-    for position in positions.tolist():
+    allowed = row.free_vocab.expand(positions.numel(), -1).clone()  # [n, V]
+    for i, position in enumerate(positions.tolist()):
         hole_index = int(row.hole_of[position])
         hole = canvas.holes[hole_index]
         if isinstance(hole.constraint, PatternConstraint):
             remaining = hole.end - position
-            rows.append(hole.constraint.allowed(row.pattern_state[hole_index], remaining))
-        else:
-            rows.append(canvas.allowed.get(position, canvas.free_vocab))
-    return torch.stack(rows).to(positions.device)
+            state = row.pattern_state[hole_index]
+            allowed[i] = hole.constraint.allowed(state, remaining).to(allowed.device)
+        elif position in canvas.allowed:
+            allowed[i] = canvas.allowed[position].to(allowed.device)
+    return allowed
 
 
 def _propose(
@@ -447,21 +450,20 @@ def _propose(
         raise RuntimeError(f"no allowed token at some of positions {positions.tolist()}")
     scores = scores.masked_fill(~allowed, -math.inf)
     probs = torch.softmax(scores, dim=-1)  # [n, V] the model's distribution over allowed tokens
-    tokens = _pick_tokens(scores, probs, config, row.generator)  # [n]
+    tokens = _pick_tokens(scores, config, row.generator)  # [n]
     prob = probs.gather(-1, tokens[:, None]).squeeze(-1)  # [n]
     if config.commit_rule == "margin":
         others = probs.scatter(-1, tokens[:, None], 0.0)
         score = prob - others.max(dim=-1).values
     elif config.commit_rule == "entropy":
-        entropy = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)
-        score = -entropy
+        score = -torch.special.entr(probs).sum(-1)  # minus the entropy in nats
     else:
         score = prob
     return _Decision(positions, tokens, prob, score)
 
 
 def _pick_tokens(
-    scores: torch.Tensor, probs: torch.Tensor, config: SamplerConfig, generator: torch.Generator
+    scores: torch.Tensor, config: SamplerConfig, generator: torch.Generator
 ) -> torch.Tensor:
     """[n] tokens: argmax at temperature 0 (no draw), else a top-p sample from the generator."""
     if config.temperature == 0:
@@ -694,12 +696,6 @@ def _result(row: _Row) -> DenoiseResult:
         cancelled=row.cancelled,
         blocks=len(row.blocks),
     )
-
-
-def iter_positions(trace: Sequence[StepInfo]) -> Iterator[list[int]]:
-    """The committed positions of each step, in order (for tests and benchmarks)."""
-    for info in trace:
-        yield info.committed
 
 
 __all__ = ["DenoiseResult", "StepInfo", "canvas_sha256", "denoise", "denoise_batch", "plan_blocks"]

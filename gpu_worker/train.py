@@ -31,6 +31,7 @@ import json
 import math
 import random
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -61,23 +62,23 @@ class TrainConfig:
     seed: int = 0
     batch_size: int = 16
     max_len: int = 320  # longest training row; longer rows are cut
-    lr: float = 1.5e-3
+    lr: float = 2e-3
     min_lr_ratio: float = 0.1  # cosine decay ends at lr * this
-    warmup_steps: int = 150
+    warmup_steps: int = 100
     weight_decay: float = 0.1
     grad_clip: float = 1.0
-    hole_fraction: float = 0.7  # denoiser: share of rows corrupted with holes (else uniform)
-    copy_hole_prob: float = 0.75  # a hole row's first hole is a repeated mention's occurrence
+    hole_fraction: float = 0.8  # denoiser: share of rows corrupted with holes (else uniform)
+    copy_hole_prob: float = 0.85  # a hole row's first hole is a repeated mention's occurrence
     max_extra_holes: int = 2  # further holes per hole row
     max_pad_budget: int = 12  # extra positions (target pad) after a hole's content
     min_t: float = 1e-3  # t ~ U(min_t, 1): 1/t stays finite
     fim_rate: float = 0.9  # AR-FIM: share of rows in PSM order
     suffix_cut_prob: float = 0.5  # AR-FIM: share of FIM rows whose suffix is cut short
-    d_model: int = 192
+    d_model: int = 160
     n_layers: int = 8
-    n_heads: int = 6
-    ffn_hidden: int = 512
-    eval_every: int = 200
+    n_heads: int = 5
+    ffn_hidden: int = 432
+    eval_every: int = 250
     checkpoint_every: int = 100
 
 
@@ -383,7 +384,8 @@ def train(
             state.total_steps = steps
     flops_per_token = count_flops_per_token(mc, cfg.max_len // 2)
     bar = tqdm(total=state.total_steps or None, initial=state.step, disable=not progress,
-               desc=f"train {cfg.kind}", unit="step")  # fmt: skip
+               desc=f"train {cfg.kind}", unit="step",
+               mininterval=1.0 if sys.stderr.isatty() else 30.0)  # fmt: skip
     first_step = state.step
     while state.total_steps == 0 or state.step < state.total_steps:
         if max_new_steps is not None and state.step - first_step >= max_new_steps:

@@ -8,6 +8,7 @@ filesystem transport (web and worker are still separate processes). Set ``DATABA
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 from stencil.env import database_from_url, envbool, envfloat, envint, envlist
@@ -88,6 +89,9 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 WHITENOISE_USE_FINDERS = DEBUG  # serve straight from the apps in development
+# Until `collectstatic` has run (production does; development serves from the apps) WhiteNoise
+# warns on every request that STATIC_ROOT does not exist: that is expected there.
+warnings.filterwarnings("ignore", message="No directory at")
 STATICFILES_DIRS = [BASE_DIR / "drafting" / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

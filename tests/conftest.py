@@ -29,7 +29,18 @@ WORKER_ENV = {
 
 @pytest.fixture
 def user(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_user(username="alice", password="pw-alice-123")
+    """A reviewer: owns drafts and may accept them."""
+    from drafting.management.commands.load_demo import reviewers_group
+
+    alice = django_user_model.objects.create_user(username="alice", password="pw-alice-123")
+    alice.groups.add(reviewers_group())
+    return alice
+
+
+@pytest.fixture
+def writer(django_user_model: Any) -> Any:
+    """Drafts, but is not a reviewer: cannot accept."""
+    return django_user_model.objects.create_user(username="wendy", password="pw-wendy-123")
 
 
 @pytest.fixture

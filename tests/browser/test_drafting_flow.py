@@ -113,6 +113,7 @@ def test_draft_a_referral_letter_from_login_to_export(
     page.get_by_role("button", name="Lock Urgency", exact=True).click()
     assert page.get_by_role("button", name="Unlock Urgency", exact=True).get_attribute(
         "aria-pressed") == "true"  # fmt: skip
+    page.screenshot(path=str(screenshot_dir / "draft.png"), full_page=True)
     page.get_by_label("Preset").select_option("fast")
     page.get_by_role("button", name="Fill unlocked").click()
     job_id = job_id_of(page)
@@ -147,20 +148,16 @@ def test_draft_a_referral_letter_from_login_to_export(
     assert span_card(page, "Reason for referral").locator("blockquote").inner_text() == reason_text
     span_card(page, "Clinical summary").get_by_role("button", name="Accept").click()
 
-    # 5. Accept the draft; a second click with the same revision cannot accept twice.
-    accept = page.get_by_role("button", name=re.compile(r"Accept draft"))
-    page.evaluate("document.getElementById('accept-form').removeAttribute('data-once')")
-    stale_revision = page.locator("#accept-form input[name=revision]").input_value()
-    accept.click()
+    # 5. Accept the draft. A second tab opened before that cannot accept a second time.
+    stale_tab = page.context.new_page()
+    stale_tab.goto(page.url)
+    page.get_by_role("button", name=re.compile(r"Accept draft")).click()
     assert "Accepted. Revision" in page.locator(".messages").inner_text()
     assert page.locator("#accepted").is_visible()
-    page.evaluate(
-        "rev => { const f = document.getElementById('accept-form');"
-        " f.querySelector('input[name=revision]').value = rev; f.submit(); }",
-        stale_revision,
-    )
-    page.wait_for_load_state()
-    assert "already accepted" in page.locator(".messages").inner_text()
+    assert "has not changed since" in page.locator("#accept-state").inner_text()
+    stale_tab.get_by_role("button", name=re.compile(r"Accept draft")).click()
+    assert "already accepted" in stale_tab.locator(".messages").inner_text()
+    stale_tab.close()
     assert DraftRevision.objects.filter(draft=draft, accepted=True).count() == 1
     page.screenshot(path=str(screenshot_dir / "review-accepted.png"), full_page=True)
 
@@ -212,3 +209,34 @@ def referral_version() -> Any:
     from drafting.models import TemplateVersion
 
     return TemplateVersion.objects.get(template__slug="referral")
+
+
+def test_progress_view_polls_stable_text_into_the_live_region(
+    live_server: Any, page: Any, alice: Any, referral: None, dispatched: list[str]
+) -> None:
+    from tests.drafting.helpers import VALUES
+
+    draft = services.draft_create(owner=alice, version=referral_version(), values=dict(VALUES))
+    job = services.draft_infill_request(draft=draft, user=alice, preset="fast")
+    hole = job.target_fragments[0]["hole"]
+    log_in(page, live_server.url)
+    page.goto(f"{live_server.url}/jobs/{job.id}/")
+    assert page.locator("#queue-position").inner_text() == "1"
+    InfillJob.objects.filter(pk=job.pk).update(state="running", progress={
+        "attempt": 0, "step": 5, "max_steps": 20, "committed": 10, "positions": 40,
+        "holes": {hole: {"stable": "worsening chest", "provisional": "worsening chest pain at"}}})  # fmt: skip
+    page.wait_for_function("document.getElementById('step').textContent === '5 of 20'")
+    live = page.locator("#stable")
+    assert live.get_attribute("aria-live") == "polite"
+    assert live.locator("h3").inner_text() == "Reason for referral"
+    assert live.locator(".stable-text").inner_text() == "worsening chest"
+    assert page.locator("#committed").inner_text() == "25%"
+    snapshot = page.locator("#provisional")
+    assert snapshot.get_attribute("aria-hidden") == "true"
+    assert "worsening chest pain at" in snapshot.inner_text()
+    page.get_by_role("button", name="Cancel").click()
+    assert "Cancelling" in page.locator(".messages").inner_text()
+    InfillJob.objects.filter(pk=job.pk).update(state="failed", reasons=["attempt 1: bad urgency"])
+    page.wait_for_function("document.getElementById('progress').dataset.state === 'failed'")
+    assert "attempt 1: bad urgency" in page.get_by_role("alert").inner_text()
+    assert page.locator("#cancel-form").is_hidden()

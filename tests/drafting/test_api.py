@@ -239,6 +239,8 @@ def test_failed_job_reasons_are_in_the_answer(token_client: Client, draft: Draft
         ('{"segments": [{"hole": "a", "max_tokens": 8}], "seed": -1}', "seed"),
         ('{"segments": [{"hole": "a", "max_tokens": 8}], "sampler": {"warp": 9}}', "sampler"),
         ("[" * 100_000, "not valid JSON"),
+        ('{"segments": [{"hole": "a", "max_tokens": 8}], "seed": 100000000000000000000}', "seed"),
+        ('{"segments": [{"text": "a\\u0000"}, {"hole": "a", "max_tokens": 8}]}', "NUL"),
     ],
 )
 def test_hostile_canvas_input_is_400_with_a_message(token_client: Client, user: Any,
@@ -262,6 +264,7 @@ def test_a_body_over_one_megabyte_is_refused(token_client: Client, user: Any) ->
         ("/api/v1/drafts/{d}", {"values": "doctor"}, "values"),
         ("/api/v1/drafts/{d}", {"values": {"doctor": ["a"]}}, "doctor"),
         ("/api/v1/drafts/{d}", {"values": {"shoe_size": 9}}, "__all__"),
+        ("/api/v1/drafts/{d}", {"values": {"doctor": "Dr.\x00"}}, None),
         ("/api/v1/drafts/{d}/accept", {"revision": "3"}, "revision"),
         ("/api/v1/drafts/{d}/accept", {}, "revision"),
         ("/api/v1/drafts/{d}/infill", {"fragments": ["a"]}, "fragments"),

@@ -156,6 +156,36 @@ def test_accept_is_compare_and_set_on_the_revision(draft: Draft, user: Any) -> N
     assert DraftRevision.objects.filter(accepted=True).count() == 1
 
 
+def test_only_a_reviewer_may_accept_a_draft(writer: Any, version: Any) -> None:
+    from django.core.exceptions import PermissionDenied
+
+    own = services.draft_create(owner=writer, version=version, values=dict(VALUES))
+    with pytest.raises(PermissionDenied, match="reviewer"):
+        services.draft_accept(draft=own, expected_revision=own.revision, user=writer)
+    assert not DraftRevision.objects.filter(accepted=True).exists()
+
+
+def test_accepting_text_that_is_already_accepted_is_refused(draft: Draft, user: Any) -> None:
+    provisional_draft(draft, user)
+    for f in draft.fragments.filter(status=Fragment.Status.PROVISIONAL):
+        services.fragment_review(fragment=f, action="accept", user=user)
+    draft.refresh_from_db()
+    services.draft_accept(draft=draft, expected_revision=draft.revision, user=user)
+    draft.refresh_from_db()
+    with pytest.raises(services.ConflictError, match="already accepted"):
+        services.draft_accept(draft=draft, expected_revision=draft.revision, user=user)
+    assert DraftRevision.objects.filter(accepted=True).count() == 1
+
+
+def test_field_values_with_nul_characters_are_refused_per_field(draft: Draft) -> None:
+    before = dict(draft.values)
+    with pytest.raises(services.UserError) as refused:
+        services.draft_values_update(draft=draft, values={"patient": "Ann\x00"})
+    assert "NUL" in refused.value.errors["patient"]
+    draft.refresh_from_db()
+    assert draft.values == before
+
+
 # -- API tokens -------------------------------------------------------------------------------
 def test_only_a_hash_of_a_token_is_stored_and_it_identifies_its_user(user: Any) -> None:
     token, key = api_token_create(user=user, name="laptop")

@@ -84,7 +84,11 @@ def test_draft_page_shows_fragments_in_order_with_lock_controls(client_in: Clien
     html = text(client_in.get(f"/drafts/{draft.id}/"))
     ids = [int(i) for i in re.findall(r'class="frag[^"]*" data-fragment="(\d+)"', html)]
     assert ids == list(draft.fragments.order_by("position").values_list("id", flat=True))
-    assert html.count("lock-toggle") == draft.fragments.exclude(kind="field").count()
+    lockable = [f for f in draft.fragments.exclude(kind="field") if f.text.strip() or f.kind == "fill"]
+    assert html.count('class="lock-toggle"') == len(lockable)
+    assert 'aria-label="Lock Reason for referral"' in html
+    assert 'aria-label="Unlock template text “Kind regards,”"' in html
+    assert "Field <strong>Referring to</strong>" in html
     assert "[Reason for referral]" in html
     assert 'data-autosave-url="/api/v1/drafts/' in html
 
@@ -262,6 +266,7 @@ def test_accept_draft_makes_an_immutable_revision_and_shows_it(client_in: Client
     html = text(response)
     assert f"Accepted revision {draft.accepted_revision.number}" in html
     assert "cannot change" in html
+    assert 'id="accept-form"' not in html and "has not changed since" in html
     with pytest.raises(ValueError):
         draft.accepted_revision.save()
 
@@ -350,3 +355,20 @@ def test_job_result_applied_by_the_worker_shows_on_review(client_in: Client, dra
     job = services.draft_infill_request(draft=draft, user=user, preset="fast")
     job_succeed(job, {"reason": "a bespoke reason"})
     assert "a bespoke reason" in text(client_in.get(f"/drafts/{draft.id}/review/"))
+
+
+def test_admin_adds_a_template_version_through_the_validating_service(
+    client: Client, django_user_model: Any, version: Any
+) -> None:
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw-root-123")
+    client.force_login(admin)
+    for url in ["/admin/drafting/draft/", "/admin/drafting/infilljob/",
+                "/admin/drafting/templateversion/", "/admin/drafting/apitoken/"]:  # fmt: skip
+        assert client.get(url).status_code == 200, url
+    add = "/admin/drafting/templateversion/add/"
+    data = {"template": version.template.id, "source": "{% if x %}{% endif %}", "route_hint": "auto"}
+    broken = client.post(add, data)
+    assert broken.status_code == 200 and "not allowed" in text(broken)
+    data["source"] = version.source.replace("Kind regards", "Best wishes")
+    assert client.post(add, data).status_code == 302
+    assert version.template.versions.count() == 2

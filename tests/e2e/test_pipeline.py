@@ -152,8 +152,11 @@ def test_cancel_stops_a_running_job_and_commits_nothing(
 def test_unsatisfiable_hole_retries_falls_back_and_fails_with_named_reasons(
     amqp_worker: Any, user: Any, worker_settings: Any
 ) -> None:
+    # Decoding keeps the value an integer, but only validation can see that it must be
+    # exactly 7,340,117: neither route hits it, so every attempt fails validation.
+    schema = {"type": "integer", "minimum": 7340117, "maximum": 7340117}
     request = {"segments": [{"text": "Reference: "},
-                            {"hole": "ref", "max_tokens": 2, "constraint": {"pattern": "[0-9]{24}"}},
+                            {"hole": "ref", "max_tokens": 8, "constraint": {"schema": schema}},
                             {"text": "\n"}], "seed": 3}  # fmt: skip
     job = services.infill_job_create(owner=user, request=request, preset="fast")
     wait_for(lambda: job_state(job) in InfillJob.FINAL_STATES, timeout=120, what="the job")

@@ -15,6 +15,7 @@ from gpu_worker.constraints import (
     SkeletonText,
     SkeletonValue,
     build_choices,
+    check_pattern,
     parse_pattern,
     pattern_fullmatch,
     schema_skeleton,
@@ -62,6 +63,12 @@ def test_automaton_agrees_with_re_fullmatch(pattern: str, text: str) -> None:
 def test_unsupported_pattern_features_are_rejected_by_name(pattern: str, feature: str) -> None:
     with pytest.raises(ValueError, match=feature):
         parse_pattern(pattern)
+
+
+def test_check_pattern_is_the_template_editors_gate() -> None:
+    check_pattern("[A-Z]{2}-\\d{3}")
+    with pytest.raises(ValueError, match="lookahead"):
+        check_pattern("(?=x)x")
 
 
 def test_malformed_patterns_are_rejected() -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from gpu_worker.backends import LoadedModel, load_backend
 from gpu_worker.config import PRESETS, SamplerConfig
-from gpu_worker.infill import InfillOutcome, infill_request, main, trace_chain
+from gpu_worker.infill import InfillOutcome, infill_batch, infill_request, main, trace_chain
 
 REPO = Path(__file__).resolve().parents[2]
 REQUEST: dict[str, Any] = {
@@ -85,6 +85,24 @@ def test_on_snapshot_gets_provisional_hole_texts(loaded: LoadedModel) -> None:
     assert [step for step, _ in snapshots] == list(range(outcome.steps))
     assert snapshots[-1][1] == outcome.holes
     assert all(set(texts) == {"name", "room"} for _, texts in snapshots)
+
+
+def test_infill_batch_returns_bad_requests_as_errors_in_place(loaded: LoadedModel) -> None:
+    config = SamplerConfig(cache="none", temperature=0.8, commit_rule="threshold", threshold=0.5)
+    bad = {"segments": [{"hole": "x"}]}
+    other = {**REQUEST, "seed": 3}
+    rows: list[int] = []
+    outcomes = infill_batch(
+        loaded, [REQUEST, bad, other], config=config, on_step=lambda row, _e: rows.append(row)
+    )
+    assert isinstance(outcomes[1], ValueError) and "max_tokens" in str(outcomes[1])
+    assert set(rows) == {0, 2}
+    for index in (0, 2):
+        batched = outcomes[index]
+        assert isinstance(batched, InfillOutcome)
+        alone = infill_request(loaded, [REQUEST, bad, other][index], config=config)
+        assert batched.trace_sha256 == alone.trace_sha256
+        assert batched.document == alone.document
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

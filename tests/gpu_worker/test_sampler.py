@@ -107,6 +107,10 @@ def test_step_protect_mask_prevents_editing_under_every_rule_cache_and_batch(
         assert validate(canvas, result.ids, tokenizer) == []
         for info in steps[row]:
             assert not set(info.remasked) & set(canvas.protect.nonzero().squeeze(-1).tolist())
+        for hole in canvas.holes:  # a moved locked space stays the first token's prefix
+            first = int(result.ids[hole.start])
+            if hole.prefix and first not in canvas.terminators():
+                assert tokenizer.token_text(first).startswith(hole.prefix)
 
 
 def llada_reference_order(model: StencilTransformer, canvas: Canvas, steps: int) -> list[list[int]]:
@@ -147,6 +151,29 @@ def test_even_rule_commit_order_equals_the_llada_reference(
                            stop_on_eos=False, remask="none")  # fmt: skip
     result = denoise(model, canvas, config, torch.Generator().manual_seed(0))
     assert [info.committed for info in result.trace] == llada_reference_order(model, canvas, steps)
+
+
+@pytest.mark.parametrize(
+    ("rule", "field", "value", "steps"),
+    [
+        ("entropy", "entropy_threshold", 100.0, 1),  # every position passes: one step
+        ("margin", "threshold", 1.0, 6),  # none passes: the surest one per step
+        ("threshold", "threshold", 1.0, 6),
+    ],
+)
+def test_threshold_rules_commit_all_passing_positions_and_at_least_one(
+    tokenizer: StencilTokenizer,
+    model: StencilTransformer,
+    rule: str,
+    field: str,
+    value: float,
+    steps: int,
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 6}])
+    config = SamplerConfig.from_json({"commit_rule": rule, field: value, "stop_on_eos": False})
+    result = denoise(model, canvas, config, torch.Generator())
+    assert result.steps == steps
+    assert sum(len(info.committed) for info in result.trace) == 6
 
 
 def test_seed_reproducibility(tokenizer: StencilTokenizer, model: StencilTransformer) -> None:

@@ -179,6 +179,8 @@
       setText("committed", Math.round(p.committed_share * 100) + "%");
       document.getElementById("committed-bar").value = p.committed_share;
       renderHoles(document.getElementById("stable"), p.holes, job.hole_labels, "stable", "stable-text");
+      var empty = document.getElementById("stable-empty");
+      if (empty && Object.keys(p.holes).length) { empty.remove(); }
       renderHoles(document.getElementById("provisional-holes"), p.holes, job.hole_labels, "provisional", "provisional-text");
       if (job.reasons && job.reasons.length && job.state !== "succeeded") {
         var list = document.getElementById("reason-list");

@@ -1,0 +1,96 @@
+"""The evaluation harness: case construction, scoring rules, and an end-to-end tiny run."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpu_worker.corpus import iter_split
+from gpu_worker.evaluate import (
+    HOLE_KINDS,
+    build_cases,
+    evaluate,
+    is_valid,
+    locked_preserved,
+    markdown_table,
+    write_report,
+)
+from gpu_worker.model import ModelConfig, StencilTransformer, save_model
+from gpu_worker.tokenizer import StencilTokenizer
+
+
+@pytest.fixture(scope="module")
+def corpus_tokenizer() -> StencilTokenizer:
+    return StencilTokenizer.train((d.text for d in iter_split("train", 150)), vocab_size=900)
+
+
+def _save(directory: Path, tok: StencilTokenizer, kind: str) -> Path:
+    s = tok.special
+    cfg = ModelConfig(
+        kind=kind, vocab_size=tok.vocab_size, pad_id=s.pad, eos_id=s.eos, mask_id=s.mask,  # type: ignore[arg-type]
+        fim_prefix_id=s.fim_prefix, fim_suffix_id=s.fim_suffix, fim_middle_id=s.fim_middle,
+        d_model=16, n_layers=1, n_heads=2, ffn_hidden=32, max_len=512,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    save_model(StencilTransformer(cfg), directory, dtype=torch.float32)
+    tok.save(directory / "tokenizer.json")
+    return directory
+
+
+@pytest.mark.parametrize("kind", HOLE_KINDS)
+def test_cases_of_every_kind_rebuild_their_document(kind: str, corpus_tokenizer: StencilTokenizer) -> None:
+    cases = build_cases(kind, 3, corpus_tokenizer.encode)
+    assert len(cases) == 3
+    for case in cases:
+        holes = {h.name: h.target for h in case.holes}
+        segments = case.request()["segments"]
+        rebuilt = "".join(s["text"] if "text" in s else holes[s["hole"]] for s in segments)
+        assert rebuilt == case.doc.text
+        assert locked_preserved(case, rebuilt, holes)
+        assert is_valid(case.holes[0], case.holes[0].target)
+
+
+def test_right_context_cases_hide_the_first_mention_only(corpus_tokenizer: StencilTokenizer) -> None:
+    for case in build_cases("entity_right", 10, corpus_tokenizer.encode):
+        target = case.holes[0]
+        rest = case.doc.text[target.span.end :]
+        assert target.target in rest
+        assert target.target not in case.doc.text[: target.span.start]
+        other = [h for h in case.holes if h.name != "target"]
+        assert all(target.target not in h.target for h in other)
+
+
+def test_locked_preservation_catches_a_changed_locked_character(corpus_tokenizer: StencilTokenizer) -> None:
+    case = build_cases("sentence", 1, corpus_tokenizer.encode)[0]
+    holes = {h.name: h.target for h in case.holes}
+    tampered = case.doc.text.replace(":", ";", 1)
+    assert tampered != case.doc.text
+    assert not locked_preserved(case, tampered, holes)
+
+
+def test_invalid_fills_are_not_counted_valid(corpus_tokenizer: StencilTokenizer) -> None:
+    number = build_cases("number_date", 1, corpus_tokenizer.encode)[0].holes[0]
+    choice = build_cases("choice", 1, corpus_tokenizer.encode)[0].holes[0]
+    assert not is_valid(number, "not a number")
+    assert not is_valid(choice, "none of them")
+    assert not is_valid(replace(choice, constraint=None), "   ")
+
+
+def test_tiny_models_run_end_to_end_and_keep_locked_text(
+    corpus_tokenizer: StencilTokenizer, tmp_path: Path
+) -> None:
+    denoiser = _save(tmp_path / "d", corpus_tokenizer, "denoiser")
+    ar = _save(tmp_path / "a", corpus_tokenizer, "ar_fim")
+    results = evaluate(denoiser, ar, per_kind=1, kinds=("entity_right", "choice"),
+                       sampler={"max_steps": 8}, progress=False)  # fmt: skip
+    for kind in ("entity_right", "choice"):
+        for model in ("denoiser", "ar_fim"):
+            m = results["per_kind"][kind][model]
+            assert m["cases"] == 1 and m["locked_preserved"] == 1.0
+    assert results["per_kind"]["choice"]["ar_fim"]["validity"] == 1.0
+    write_report(results, tmp_path / "eval")
+    assert (tmp_path / "eval" / "exact_match.png").is_file()
+    assert "| entity_right | 1 |" in markdown_table(results)
