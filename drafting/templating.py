@@ -215,7 +215,9 @@ def _hole_spec(name: Any, options: dict[str, Any], hint: str) -> HoleSpec:
         raise TemplateError(
             f"infill {name!r}: max_tokens must be an integer from 1 to {MAX_HOLE_TOKENS}"
         )
-    constraint = {k: options[k] for k in ("pattern", "choices", "schema") if k in options}
+    constraint: dict[str, Any] = {
+        k: options[k] for k in ("pattern", "choices", "schema") if k in options
+    }
     constraint_check(constraint, where=f"infill {name!r}")
     return HoleSpec(
         name=name,

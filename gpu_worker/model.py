@@ -245,8 +245,8 @@ class StencilTransformer(nn.Module):
             )
         if cache is None and start != 0:
             raise ValueError(f"start={start} needs a cache")
-        cos = self.rope_cos[start : start + w]
-        sin = self.rope_sin[start : start + w]
+        cos = self.rope_cos[start : start + w]  # type: ignore[index]  # a registered buffer
+        sin = self.rope_sin[start : start + w]  # type: ignore[index]
         attn_mask = self._attention_mask(b, w, total, start, attention_mask, ids.device)
         x = self.embed(ids)
         keys: list[torch.Tensor] = []

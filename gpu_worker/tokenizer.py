@@ -36,10 +36,11 @@ class StencilTokenizer:
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tok = tokenizer
-        ids = {name: tokenizer.token_to_id(name) for name in SPECIAL_TOKENS}
-        missing = [name for name, i in ids.items() if i is None and name != UNK]
+        found = {name: tokenizer.token_to_id(name) for name in SPECIAL_TOKENS}
+        missing = [name for name, i in found.items() if i is None and name != UNK]
         if missing:
             raise ValueError(f"tokenizer lacks special tokens {missing}")
+        ids: dict[str, int] = {name: i for name, i in found.items() if i is not None}
         self.special = SpecialIds(
             pad=ids[PAD], eos=ids[EOS], mask=ids[MASK], fim_prefix=ids[FIM_PREFIX],
             fim_suffix=ids[FIM_SUFFIX], fim_middle=ids[FIM_MIDDLE],

@@ -113,20 +113,20 @@ def producer_broker(app: Celery, broker_url: str, queue_prefix: str) -> Iterator
     # URL setting comes first of all, so producers switch through it.
     saved = app.conf.get("broker_write_url")
     _reset_pools(app)
-    app.conf.broker_write_url = broker_url
+    app.conf["broker_write_url"] = broker_url
     queues = {f"QUEUE_{q.upper()}": f"{queue_prefix}{q}" for q in ("denoise", "ar", "audit")}
     try:
         with override_settings(**queues):
             yield
     finally:
         _reset_pools(app)
-        app.conf.broker_write_url = saved
+        app.conf["broker_write_url"] = saved
 
 
 def _reset_pools(app: Celery) -> None:
     # Pools are kombu globals keyed by connection: forget ours, close none (others share them).
-    app._pool = None
-    app.amqp._producer_pool = None
+    app._pool = None  # type: ignore[attr-defined]
+    app.amqp._producer_pool = None  # type: ignore[attr-defined]
 
 
 def queues_purge(broker_url: str, queue_prefix: str) -> None:
@@ -136,6 +136,6 @@ def queues_purge(broker_url: str, queue_prefix: str) -> None:
         channel = conn.channel()
         for q in ("denoise", "ar", "audit"):
             try:
-                channel.queue_purge(f"{queue_prefix}{q}")
+                channel.queue_purge(f"{queue_prefix}{q}")  # type: ignore[attr-defined]
             except Exception:  # the queue does not exist yet
                 channel = conn.channel()

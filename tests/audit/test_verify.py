@@ -40,7 +40,7 @@ def populated(record_fake: Any, admin_user: Any) -> None:
     runs = [record_fake(job_id=f"job-{i}", correlation_id=f"c{i}") for i in range(3)]
     incident_open(kind="user_report", summary="the letter names the wrong clinic", run=runs[0],
                   reporter=admin_user)  # fmt: skip
-    diagnostic_read(diagnostic=Diagnostic.objects.first(), user=admin_user)
+    diagnostic_read(diagnostic=Diagnostic.objects.earliest("pk"), user=admin_user)
     checkpoint_write()
 
 

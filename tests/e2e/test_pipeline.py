@@ -66,6 +66,7 @@ def test_draft_is_filled_by_a_worker_and_locked_text_stays(
     assert job.delivery_count == 1
     fills = list(draft.fragments.filter(kind=Fragment.Kind.FILL))
     assert fills and all(f.status == Fragment.Status.PROVISIONAL for f in fills)
+    assert job.result is not None
     holes = job.result["holes"]
     assert {t["hole"] for t in job.target_fragments} == set(holes)
     for fragment in draft.fragments.filter(locked=True):
@@ -190,5 +191,6 @@ def test_a_worker_consuming_from_redis_runs_a_job(
         wait_for(lambda: job_state(job) in InfillJob.FINAL_STATES, timeout=60, what="the job")
     worker.stop()
     assert job.state == InfillJob.State.SUCCEEDED, (job.reasons, worker.log()[-3000:])
+    assert job.result is not None
     assert job.result["document"].startswith("Dear ")
     assert job.result["document"].endswith(",\nThank you.")

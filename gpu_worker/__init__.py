@@ -1,0 +1,1 @@
+"""The denoiser: a Django-free core (model, sampler, validation) and one Celery adapter."""
