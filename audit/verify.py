@@ -147,9 +147,8 @@ def _digests(entry: LogEntry) -> dict[str, str] | None:
 
 def _purged_diagnostics() -> set[str]:
     purged: set[str] = set()
-    events: models.QuerySet[AuditEvent] = models.QuerySet(model=AuditEvent).filter(
-        kind=AuditEvent.Kind.DIAGNOSTICS_PURGED
-    )
+    events: models.QuerySet[AuditEvent] = models.QuerySet(model=AuditEvent)
+    events = events.filter(kind=AuditEvent.Kind.DIAGNOSTICS_PURGED)
     for event in events:
         try:
             purged.update(str(pk) for pk in json.loads(event.details).get("diagnostics", []))

@@ -161,7 +161,7 @@ def main() -> None:
         "p95 latency (s) | service overhead p50 (ms) | mean batch |",
         "|---|---|---|---|---|---|---|",
     ]  # fmt: skip
-    for key, row in s.items():
+    for row in s.values():
         lines.append(
             f"| {'on' if row['batching'] else 'off'} | {row['concurrent']} | "
             f"{row['throughput_jobs_per_s']:.2f} | {row['latency_p50_s']:.2f} | "

@@ -4,13 +4,15 @@ Not a test: it measures and writes ``bench/sampler/results.json``, ``REPORT.md``
 plots (when matplotlib is installed). Cases come from the model issue's evaluation set
 (``gpu_worker.evaluate.build_cases`` over the test split), so numbers compare across issues.
 
-    python bench/sampler_bench.py [--model models/stencil-denoiser] [--ar-model models/stencil-ar]
+    python bench/sampler_bench.py [--model models/stencil-denoiser] [--ar-model models/stencil-ar-fim]
                                   [--cases 6] [--docs 3] [--out bench/sampler]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import json
 import platform
 import statistics
@@ -74,7 +76,8 @@ def document_cases(loaded: LoadedModel, docs: int, holes: int = 8) -> list[Case]
         index += 1
         spans, cursor = [], 0
         for span in sorted(doc.spans, key=lambda s: s.start):
-            if span.start >= cursor and span.kind != "sentence" and span.end > span.start:
+            usable = span.kind != "sentence" and span.schema_json is None
+            if span.start >= cursor and usable and span.end > span.start:
                 spans.append(span)
                 cursor = span.end
         if len(spans) < holes:
@@ -102,11 +105,12 @@ def exact(holes: dict[str, str], targets: dict[str, str]) -> float:
     return statistics.mean(float(holes.get(k, "").strip() == v.strip()) for k, v in targets.items())
 
 
-def run_route(route: Callable[[dict[str, Any]], Any], cases: list[Case]) -> dict[str, float]:
+def run_route(route: Callable[[dict[str, Any]], Any], cases: list[Case]) -> dict[str, Any]:
     """Quality and cost of one route over the cases, one request at a time."""
     em, valid, passes, seconds, per_hole, committed, padded, forward_ms, step_ms = (
         [] for _ in range(9)
     )
+    documents: list[str] = []
     for case in cases:
         started = time.perf_counter()
         outcome = route(case.request)
@@ -120,6 +124,7 @@ def run_route(route: Callable[[dict[str, Any]], Any], cases: list[Case]) -> dict
         padded.append(sum(int(e.get("padded", 0)) for e in outcome.trace))
         forward_ms.append(sum(float(e.get("forward_ms", 0.0)) for e in outcome.trace))
         step_ms.append(sum(float(e.get("step_ms", 0.0)) for e in outcome.trace))
+        documents.append(hashlib.sha256(outcome.document.encode()).hexdigest())
     total_step = sum(step_ms)
     return {
         "cases": len(cases),
@@ -131,7 +136,19 @@ def run_route(route: Callable[[dict[str, Any]], Any], cases: list[Case]) -> dict
         "seconds_per_case": statistics.mean(seconds),
         "seconds_per_hole": statistics.mean(per_hole),
         "outside_forward_share": (1 - sum(forward_ms) / total_step) if total_step else 0.0,
+        "document_sha256": documents,
     }
+
+
+def cache_agreement(batch1: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Per "+cache" config: the share of cases whose document equals the exact (no-cache) run."""
+    out = {}
+    for name, r in batch1.items():
+        exact_run = batch1.get(name.removesuffix("+cache"))
+        if name.endswith("+cache") and exact_run is not None:
+            pairs = zip(r["document_sha256"], exact_run["document_sha256"], strict=True)
+            out[name] = statistics.mean(float(a == b) for a, b in pairs)
+    return out
 
 
 def run_batched(
@@ -204,6 +221,8 @@ def markdown(results: dict[str, Any]) -> str:
     for r in results["batched"]:
         lines.append(f"| {r['config']} | {r['batch']} | {r['exact_match']:.3f} | "
                      f"{r['forward_passes']:.1f} | {r['seconds_per_case']:.3f} |")  # fmt: skip
+    lines += ["", "Cache: share of documents identical to the exact (no-cache) run: "
+              + json.dumps(results["cache_agreement_with_exact"])]  # fmt: skip
     lines += ["", "Precision (fp32 vs bf16 trajectories): " + json.dumps(results["precision"])]
     if results.get("documents"):
         lines += ["", "Whole documents (8+ holes): " + json.dumps(results["documents"])]
@@ -233,7 +252,7 @@ def plots(results: dict[str, Any], out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="models/stencil-denoiser")
-    parser.add_argument("--ar-model", default="models/stencil-ar")
+    parser.add_argument("--ar-model", default="models/stencil-ar-fim")
     parser.add_argument("--cases", type=int, default=6, help="cases per hole kind")
     parser.add_argument("--docs", type=int, default=3, help="whole documents with 8+ holes")
     parser.add_argument("--out", default="bench/sampler")
@@ -252,12 +271,15 @@ def main(argv: list[str] | None = None) -> int:
         "note": args.note,
     }  # fmt: skip
     grid = sampler_grid()
+    for case in cases:  # warm-up: token tables, pattern automata, allocator
+        infill_request(loaded, case.request, config=grid["threshold-0.9"])
     results["batch1"] = {}
     for name, config in grid.items():
         print(f"batch 1: {name}", file=sys.stderr)
         results["batch1"][name] = run_route(
-            lambda r, c=config: infill_request(loaded, r, config=c), cases
+            functools.partial(infill_request, loaded, config=config), cases
         )
+    results["cache_agreement_with_exact"] = cache_agreement(results["batch1"])
     results["batched"] = [
         {"config": name, **run_batched(loaded, cases, grid[name], batch)}
         for name in ("threshold-0.9", "threshold-0.9+cache") for batch in (1, 4, 8)

@@ -273,7 +273,7 @@ def _schema_items(name: str, schema: Any, max_tokens: int | None) -> list[_Item]
         if isinstance(piece, SkeletonText):
             items.append(_Item(piece.text, name))
         else:
-            sub = f"{name}.{piece.path}"
+            sub = f"{name}.{piece.path}" if piece.path else name
             items.append(_Item(None, name, sub, piece.max_tokens, piece.constraint))
     return items
 
@@ -306,7 +306,7 @@ def _tokenize(
         protect.extend([False] * length)
     _append_locked(pending, tokenizer, ids, protect)
     _check_fits(len(ids), max_len)
-    free = _free_vocab(tokenizer, table)
+    free = table.free  # shared, read-only
     return Canvas(
         ids=torch.tensor(ids, dtype=torch.long),
         protect=torch.tensor(protect, dtype=torch.bool),
@@ -370,16 +370,6 @@ def _hole_constraint(
             )
         return pattern, item.max_len
     return None, item.max_len
-
-
-def _free_vocab(tokenizer: StencilTokenizer, table: TokenTable) -> torch.Tensor:
-    """[V] bool: every real token plus EOS / pad (which end a hole); never mask or FIM ids."""
-    free = torch.tensor([bool(text) for text in table.texts], dtype=torch.bool)
-    for token_id in range(min(tokenizer.vocab_size, table.vocab_size)):
-        if not tokenizer.is_special(token_id) and not free[token_id]:
-            free[token_id] = True  # a partial UTF-8 byte token: fine in free text
-    free[list(table.terminators)] = True
-    return free
 
 
 def _prefix_sets(

@@ -440,6 +440,7 @@ class TokenTable:
     trie: dict[str, Any]  # char -> child; key "" holds the ids of tokens ending here
     single_chars: frozenset[str]
     terminators: tuple[int, ...]  # eos and pad: end a hole
+    free: torch.Tensor  # [V] bool: real tokens plus eos / pad; never mask, FIM or unknown ids
 
     @property
     def vocab_size(self) -> int:
@@ -466,7 +467,11 @@ def token_table(tokenizer: StencilTokenizer, vocab_size: int) -> TokenTable:
         node.setdefault("", []).append(token_id)
     single = frozenset(t for t in texts if len(t) == 1)
     terminators = (tokenizer.special.eos, tokenizer.special.pad)
-    return TokenTable(texts, trie, single, terminators)
+    free = torch.zeros(vocab_size, dtype=torch.bool)
+    for token_id in range(min(tokenizer.vocab_size, vocab_size)):
+        free[token_id] = not tokenizer.is_special(token_id)  # partial UTF-8 bytes included
+    free[list(terminators)] = True
+    return TokenTable(texts, trie, single, terminators, free)
 
 
 # -- token-level constraints ------------------------------------------------------------------------
@@ -622,9 +627,10 @@ SkeletonPiece = SkeletonText | SkeletonValue
 def schema_skeleton(
     schema: Any, *, hole: str, max_tokens: int | None = None
 ) -> list[SkeletonPiece]:
-    """Locked keys and punctuation plus typed value holes for a JSON object schema.
+    """Locked keys and punctuation plus typed value holes for a JSON Schema.
 
-    Every property is written (in the schema's order), compactly: ``{"a":1,"b":"x"}``.
+    The hole's text is one JSON value. An object writes every property (in the schema's
+    order), compactly: ``{"a":1,"b":"x"}``; a scalar schema is a single typed value.
     ``max_tokens`` caps each value hole (defaults per type otherwise).
     """
     import jsonschema
@@ -635,8 +641,6 @@ def schema_skeleton(
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
         raise ValueError(f"hole {hole!r}: invalid JSON Schema: {exc.message}") from None
-    if schema.get("type") != "object":
-        raise ValueError(f'hole {hole!r}: a schema hole must have "type": "object"')
     pieces: list[SkeletonPiece] = []
     _skeleton(schema, "", hole, max_tokens, pieces)
     merged: list[SkeletonPiece] = []

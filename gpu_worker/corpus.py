@@ -654,7 +654,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{kind:20s} {c['patterns']:8d} {c['held_out']:8d} {chars:9.0f} {spans:9.1f}")
     print(f"{'total':20s} {sum(c['patterns'] for c in counts.values()):8d}")
     for kind in KINDS:
-        doc = generate(kind, SPLIT_SEED_BASE[args.split], args.split)
+        doc = next(d for d in docs if d.kind == kind)
         print(f"\n===== {kind} (seed {doc.seed}, {args.split}) =====\n{doc.text}")
 
 

@@ -78,6 +78,7 @@ class TrainConfig:
     n_layers: int = 8
     n_heads: int = 5
     ffn_hidden: int = 432
+    qkv_bias: bool = False  # see ModelConfig.qkv_bias
     eval_every: int = 250
     checkpoint_every: int = 100
 
@@ -336,7 +337,7 @@ def model_config(cfg: TrainConfig, tok: StencilTokenizer) -> ModelConfig:
         kind=cfg.kind, vocab_size=tok.vocab_size, pad_id=s.pad, eos_id=s.eos, mask_id=s.mask,
         fim_prefix_id=s.fim_prefix, fim_suffix_id=s.fim_suffix, fim_middle_id=s.fim_middle,
         d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-        ffn_hidden=cfg.ffn_hidden, max_len=cfg.max_len + 1,
+        ffn_hidden=cfg.ffn_hidden, max_len=cfg.max_len + 1, qkv_bias=cfg.qkv_bias,
         extra={"corpus": "gpu_worker.corpus train split", "seed": cfg.seed},
     )  # fmt: skip
 

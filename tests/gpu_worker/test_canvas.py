@@ -164,6 +164,14 @@ def test_a_choices_hole_is_as_long_as_its_longest_choice(tokenizer: StencilToken
         assert canvas.holes[0].max_len == len(tokenizer.encode(" Dr Smith"))
 
 
+def test_a_scalar_schema_hole_is_one_value_span(tokenizer: StencilTokenizer) -> None:
+    schema = {"type": "integer"}
+    canvas = parse({"segments": [{"text": "n="}, {"hole": "n", "constraint": {"schema": schema}}]},
+                   tokenizer)  # fmt: skip
+    assert [h.name for h in canvas.holes] == ["n"]
+    assert isinstance(canvas.holes[0].constraint, PatternConstraint)
+
+
 def test_seed_and_sampler_overrides_are_kept(tokenizer: StencilTokenizer) -> None:
     request = {
         "segments": [{"hole": "a", "max_tokens": 2}],

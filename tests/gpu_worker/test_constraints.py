@@ -141,6 +141,13 @@ def test_choices_become_whole_token_candidates_with_the_prefix(tokenizer: Stenci
         build_choices([], tokenizer, prefix="", hole="who")
 
 
+def test_a_scalar_schema_is_one_typed_value() -> None:
+    (value,) = schema_skeleton({"type": "integer"}, hole="n")
+    assert isinstance(value, SkeletonValue) and value.path == ""
+    quote, body, _ = schema_skeleton({"type": "string", "maxLength": 3}, hole="s")
+    assert quote == SkeletonText('"') and isinstance(body, SkeletonValue)
+
+
 def test_schema_skeleton_locks_keys_and_punctuation() -> None:
     schema = {
         "type": "object",
@@ -163,7 +170,7 @@ def test_schema_skeleton_locks_keys_and_punctuation() -> None:
 @pytest.mark.parametrize(
     ("schema", "message"),
     [
-        ({"type": "array"}, "must have"),
+        ({"type": "array"}, "not supported"),
         ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}, "minimum"),
         ({"type": "object", "properties": {"a": {"type": "array"}}}, "not supported"),
         ({"type": "object", "properties": {"a": {"type": "strin"}}}, "invalid JSON Schema"),

@@ -104,7 +104,7 @@ def test_held_out_phrase_variants_appear_only_in_the_test_split() -> None:
         return is_held_out(doc_kind, slot, int(index))
 
     for split in ("train", "val"):
-        for doc in iter_split(split, 400):  # type: ignore[arg-type]
+        for doc in iter_split(split, 400):
             assert not any(held(doc.kind, p) for p in doc.patterns)
     test_docs = list(iter_split("test", 400))
     assert sum(any(held(d.kind, p) for p in d.patterns) for d in test_docs) > 40
