@@ -314,7 +314,7 @@ def _run_claimed(job: InfillJob, delivery: int, worker: str, decision: RouteDeci
         InfillJob.objects.filter(pk=job.pk, delivery_count=delivery).update(
             state=InfillJob.State.VALIDATING
         )
-        violations = list(outcome.violations)
+        violations = [*outcome.violations, *_injected_violations(route)]
         metrics.VALIDATION_SECONDS.observe(outcome.timings.get("validate", 0.0))
         seconds = outcome.timings.get("denoise", outcome.timings.get("total", 0.0))
         (metrics.FALLBACK_SECONDS if route != decision.route else
@@ -350,6 +350,14 @@ def _run_claimed(job: InfillJob, delivery: int, worker: str, decision: RouteDeci
                 metrics.RETRIES.labels(outcome="retry").inc()
     _finish(job, delivery, state=InfillJob.State.FAILED, reasons=reasons)
     return InfillJob.State.FAILED
+
+
+def _injected_violations(route: str) -> list[dict[str, str]]:
+    """Fault injection (tests only, see settings): a named violation on every attempt."""
+    if f"violate:{route}" not in settings.STENCIL_FAULT_INJECTION:
+        return []
+    return [{"name": "fault_injected", "hole": "",
+             "message": f"fault injection: every {route} attempt fails validation"}]  # fmt: skip
 
 
 def _fail_bad_canvas(job: InfillJob, delivery: int, error: str) -> str:

@@ -255,19 +255,25 @@ def constraint_check(constraint: dict[str, Any], *, where: str) -> None:
             jsonschema.Draft202012Validator.check_schema(schema)
         except jsonschema.SchemaError as exc:
             raise TemplateError(f"{where}: schema is not a valid JSON Schema: {exc.message}") from exc
+        _sampler_schema_check(schema, where)
 
 
 def _sampler_pattern_check(pattern: str, where: str) -> None:
     """Reject regex features the sampler cannot enforce while decoding."""
+    from gpu_worker.constraints import check_pattern
+
     try:
-        from gpu_worker import constraints
-    except ImportError:  # pragma: no cover - the sampler ships with the app
-        return
-    checker = getattr(constraints, "check_pattern", None)
-    if checker is None:
-        return
+        check_pattern(pattern)
+    except ValueError as exc:
+        raise TemplateError(f"{where}: {exc}") from exc
+
+
+def _sampler_schema_check(schema: dict[str, Any], where: str) -> None:
+    """Reject JSON Schema keywords the sampler cannot enforce while decoding."""
+    from gpu_worker.constraints import schema_skeleton
+
     try:
-        checker(pattern)
+        schema_skeleton(schema, hole="schema")
     except ValueError as exc:
         raise TemplateError(f"{where}: {exc}") from exc
 

@@ -171,6 +171,11 @@ STENCIL_MAX_FIELD_LENGTH = envint("STENCIL_MAX_FIELD_LENGTH", "2000")
 STENCIL_MAX_TEMPLATE_BYTES = envint("STENCIL_MAX_TEMPLATE_BYTES", "65536")
 STENCIL_PROGRESS_EVERY = envint("STENCIL_PROGRESS_EVERY", "1")  # write progress every k steps
 STENCIL_SHADOW_SHARE = envfloat("STENCIL_SHADOW_SHARE", "0.0")
+# Fault injection for the failure-path tests: "violate:ROUTE" makes every attempt on ROUTE
+# (diffusion | ar) fail validation with a named violation. Never allowed in production.
+STENCIL_FAULT_INJECTION = envlist("STENCIL_FAULT_INJECTION", "")
+if STENCIL_FAULT_INJECTION and not DEBUG:
+    raise RuntimeError("STENCIL_FAULT_INJECTION is for tests; it cannot be set when DEBUG is off")
 
 # -- Audit ---------------------------------------------------------------------------------
 AUDIT_DIAGNOSTIC_SHARE = envfloat("AUDIT_DIAGNOSTIC_SHARE", "0.1")

@@ -23,7 +23,11 @@ PASSWORD = "pw-alice-123"
 
 @pytest.fixture
 def alice(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_user(username="alice", password=PASSWORD)
+    from drafting.management.commands.load_demo import reviewers_group
+
+    alice = django_user_model.objects.create_user(username="alice", password=PASSWORD)
+    alice.groups.add(reviewers_group())  # a reviewer: she accepts the draft at the end
+    return alice
 
 
 @pytest.fixture

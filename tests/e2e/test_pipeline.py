@@ -150,27 +150,61 @@ def test_cancel_stops_a_running_job_and_commits_nothing(
     assert job.attempts[-1]["steps"] < 400
 
 
-def test_unsatisfiable_hole_retries_falls_back_and_fails_with_named_reasons(
-    amqp_worker: Any, user: Any, worker_settings: Any
+def _fault_worker(start_worker: Any, queue_prefix: str, faults: str) -> Any:
+    from django.conf import settings
+
+    return start_worker(broker_url=settings.CELERY_BROKER_URL, queue_prefix=queue_prefix,
+                        name=f"faults-{faults.replace(':', '-').replace(',', '-')}",
+                        extra_env={"STENCIL_FAULT_INJECTION": faults})  # fmt: skip
+
+
+SHORT_REQUEST = {"segments": [{"text": "Dear "}, {"hole": "name", "max_tokens": 6},
+                              {"text": ",\nThank you."}], "seed": 5}  # fmt: skip
+
+
+def test_failed_validation_retries_then_falls_back_then_fails_with_named_reasons(
+    start_worker: Any, user: Any, worker_settings: Any, queue_prefix: str
 ) -> None:
-    # Decoding keeps the value an integer, but only validation can see that it must be
-    # exactly 7,340,117: neither route hits it, so every attempt fails validation.
-    schema = {"type": "integer", "minimum": 7340117, "maximum": 7340117}
-    request = {"segments": [{"text": "Reference: "},
-                            {"hole": "ref", "max_tokens": 8, "constraint": {"schema": schema}},
-                            {"text": "\n"}], "seed": 3}  # fmt: skip
-    job = services.infill_job_create(owner=user, request=request, preset="fast")
-    wait_for(lambda: job_state(job) in InfillJob.FINAL_STATES, timeout=120, what="the job")
+    from stencil.celery import app
+    from tests.workers import producer_broker
+
+    prefix = f"{queue_prefix}faults-all-"
+    worker = _fault_worker(start_worker, prefix, "violate:diffusion,violate:ar")
+    with producer_broker(app, worker.broker_url, prefix):
+        job = services.infill_job_create(owner=user, request=dict(SHORT_REQUEST), preset="fast")
+        wait_for(lambda: job_state(job) in InfillJob.FINAL_STATES, timeout=120, what="the job")
+    worker.stop()
     assert job.state == InfillJob.State.FAILED, job.reasons
     routes = [a["route"] for a in job.attempts]
-    assert routes.count("diffusion") == worker_settings.STENCIL_MAX_ATTEMPTS
-    assert routes[-1] == "ar"
-    assert all("ref" in reason for reason in job.reasons)
+    assert routes == ["diffusion"] * worker_settings.STENCIL_MAX_ATTEMPTS + ["ar"]
+    assert len(job.reasons) == len(routes)
+    assert all("fault injection" in reason for reason in job.reasons)
+    assert job.reasons[-1].startswith(f"attempt {len(routes)} (ar)")
     seeds = [a["seed"] for a in job.attempts if a["route"] == "diffusion"]
     assert len(set(seeds)) == len(seeds)  # each retry uses a new seed derived from the first
-    from audit.models import Incident
+    from audit.models import Incident, RunRecord
 
-    assert Incident.objects.filter(job_id=str(job.id)).exists()
+    assert RunRecord.objects.filter(job_id=str(job.id)).count() == len(routes)
+    kinds = set(Incident.objects.filter(job_id=str(job.id)).values_list("kind", flat=True))
+    assert kinds == {"validation_failure", "fallback"}
+
+
+def test_the_ar_fallback_recovers_a_job_the_denoiser_keeps_failing(
+    start_worker: Any, user: Any, worker_settings: Any, queue_prefix: str
+) -> None:
+    from stencil.celery import app
+    from tests.workers import producer_broker
+
+    prefix = f"{queue_prefix}faults-diff-"
+    worker = _fault_worker(start_worker, prefix, "violate:diffusion")
+    with producer_broker(app, worker.broker_url, prefix):
+        job = services.infill_job_create(owner=user, request=dict(SHORT_REQUEST), preset="fast")
+        wait_for(lambda: job_state(job) in InfillJob.FINAL_STATES, timeout=120, what="the job")
+    worker.stop()
+    assert job.state == InfillJob.State.SUCCEEDED, job.reasons
+    assert job.result is not None and job.result["route"] == "ar"
+    assert job.result["document"].startswith("Dear ")
+    assert job.result["document"].endswith(",\nThank you.")
 
 
 def test_a_worker_consuming_from_redis_runs_a_job(
