@@ -8,6 +8,7 @@ written only by the worker that holds the current claim (its delivery number).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 import uuid
@@ -108,28 +109,54 @@ def _finish(job: InfillJob, delivery: int | None, *, state: str, reasons: list[s
 
 
 class _Progress:
-    """on_step / should_stop hooks: progress rows, lease renewal, cancellation."""
+    """Sampler hooks of one attempt: progress rows, lease renewal, cancellation, snapshots.
 
-    def __init__(self, job: InfillJob, delivery: int, attempt: int, max_steps: int) -> None:
+    The diffusion route calls ``on_step`` then ``on_snapshot`` for every step, so the row is
+    written from ``on_snapshot`` with that step's texts; the AR route has no snapshots and
+    writes from ``on_step``. Writes are throttled to PROGRESS_MIN_INTERVAL_S.
+    """
+
+    def __init__(self, job: InfillJob, delivery: int, attempt: int, max_steps: int, *,
+                 with_texts: bool) -> None:  # fmt: skip
+        from audit.services import diagnostics_wanted
+
         self.job, self.delivery, self.attempt = job, delivery, attempt
-        self.max_steps = max_steps
+        self.max_steps, self.with_texts = max_steps, with_texts
         self.positions = sum(
             int(s.get("max_tokens", 0)) for s in job.request.get("segments", []) if "hole" in s
         )
+        self.entry: dict[str, Any] = {}
+        self.texts: dict[str, dict[str, str]] = {}
         self.last_write = 0.0
-        self.first_stable_at: float | None = None
         self.started = time.monotonic()
+        self.first_stable_seen = False
+        # Raw intermediate drafts, kept (encrypted by audit) only for runs diagnostics samples.
+        self.keep_snapshots = diagnostics_wanted(correlation_id=str(job.pk))
+        self.snapshots: list[str] = []
 
     def on_step(self, entry: dict[str, Any]) -> None:
+        self.entry = entry
+        if not self.with_texts:
+            self._write()
+
+    def on_snapshot(self, step: int, provisional: dict[str, str], stable: dict[str, str]) -> None:
+        self.texts = {name: {"stable": stable.get(name, ""), "provisional": text}
+                      for name, text in provisional.items()}  # fmt: skip
+        if not self.first_stable_seen and any(stable.values()):
+            self.first_stable_seen = True
+            metrics.TIME_TO_FIRST_STABLE.observe(time.monotonic() - self.started)
+        if self.keep_snapshots:
+            self.snapshots.append(json.dumps({"step": step, "holes": provisional}, sort_keys=True))
+        self._write()
+
+    def _write(self) -> None:
         now = time.monotonic()
-        snapshot = _progress_snapshot(entry, self.attempt, self.positions)
-        snapshot["max_steps"] = self.max_steps
-        if self.first_stable_at is None and any(h.get("stable") for h in snapshot["holes"].values()):
-            self.first_stable_at = now
-            metrics.TIME_TO_FIRST_STABLE.observe(now - self.started)
         if now - self.last_write < PROGRESS_MIN_INTERVAL_S:
             return
         self.last_write = now
+        snapshot = _progress_snapshot({**self.entry, "holes": self.texts}, self.attempt,
+                                      self.positions)  # fmt: skip
+        snapshot["max_steps"] = self.max_steps
         InfillJob.objects.filter(pk=self.job.pk, delivery_count=self.delivery).update(
             progress=snapshot, lease_expires=timezone.now() + _lease()
         )
@@ -255,6 +282,7 @@ class _Batched:
     outcome: Any
     error: str | None
     batch: list[str]
+    snapshots: list[str]
 
 
 def _first_attempt_batched(claims: list[Claim], decisions: dict[Any, RouteDecision],
@@ -267,19 +295,22 @@ def _first_attempt_batched(claims: list[Claim], decisions: dict[Any, RouteDecisi
     device = choose_device(settings.STENCIL_DEVICE)
     loaded = model_get(Path(settings.STENCIL_MODEL_DIR), device=device)
     config = claims[0].job.config
-    hooks = [_Progress(c.job, c.delivery, 0, int(config["max_steps"])) for c in claims]
+    hooks = [_Progress(c.job, c.delivery, 0, int(config["max_steps"]), with_texts=True)
+             for c in claims]  # fmt: skip
     results = infill_batch(
         loaded, [{**c.job.request, "seed": derive_seed(c.job.seed, 0)} for c in claims],
         config=SamplerConfig.from_json(config),
         on_step=lambda row, entry: hooks[row].on_step(entry),
         should_stop=lambda row: hooks[row].should_stop(),
         device=device,
+        on_snapshot=lambda row, step, texts, stable: hooks[row].on_snapshot(step, texts, stable),
     )  # fmt: skip
     batch = [str(c.job.pk) for c in claims]
     return {
         c.job.pk: _Batched(outcome=None if isinstance(r, ValueError) else r,
-                           error=str(r) if isinstance(r, ValueError) else None, batch=batch)
-        for c, r in zip(claims, results, strict=True)
+                           error=str(r) if isinstance(r, ValueError) else None, batch=batch,
+                           snapshots=h.snapshots)
+        for c, r, h in zip(claims, results, hooks, strict=True)
     }  # fmt: skip
 
 
@@ -298,14 +329,16 @@ def _run_claimed(job: InfillJob, delivery: int, worker: str, decision: RouteDeci
         if attempt == 0 and first is not None:
             if first.error is not None:
                 return _fail_bad_canvas(job, delivery, first.error)
-            outcome, batch = first.outcome, first.batch
+            outcome, batch, snapshots = first.outcome, first.batch, first.snapshots
         else:
-            hooks = _Progress(job, delivery, attempt, int(config["max_steps"]))
+            hooks = _Progress(job, delivery, attempt, int(config["max_steps"]),
+                              with_texts=route == "diffusion")  # fmt: skip
             outcome = _attempt(job, loaded, route, config, seed, hooks, device)
             if isinstance(outcome, str):  # the canvas itself is bad: no retry can help
                 return _fail_bad_canvas(job, delivery, outcome)
+            snapshots = hooks.snapshots
         run_id = _record_attempt(job, attempt, route, seed, outcome, loaded,
-                                 device_name(device), decision, batch)  # fmt: skip
+                                 device_name(device), decision, batch, snapshots)  # fmt: skip
         if outcome.cancelled:
             _finish(job, delivery, state=InfillJob.State.CANCELLED,
                     reasons=[f"cancelled at step {outcome.steps}"])  # fmt: skip
@@ -399,14 +432,15 @@ def _attempt(job: InfillJob, loaded: Any, route: str, config: dict[str, Any], se
         from gpu_worker.infill import infill_request
 
         return infill_request(loaded, request, config=sampler_config, on_step=hooks.on_step,
-                              should_stop=hooks.should_stop, device=device)  # fmt: skip
+                              should_stop=hooks.should_stop, device=device,
+                              on_snapshot=hooks.on_snapshot)  # fmt: skip
     except ValueError as exc:  # the canvas does not fit the model: the caller says why
         return str(exc)
 
 
 def _record_attempt(job: InfillJob, attempt: int, route: str, seed: int, outcome: Any,
-                    loaded: Any, device: str, decision: RouteDecision,
-                    batch: list[str]) -> str:  # fmt: skip
+                    loaded: Any, device: str, decision: RouteDecision, batch: list[str],
+                    snapshots: list[str]) -> str:  # fmt: skip
     from audit.services import run_record_create
 
     run = run_record_create(
@@ -414,7 +448,7 @@ def _record_attempt(job: InfillJob, attempt: int, route: str, seed: int, outcome
         weights_sha256=loaded.weights_sha256, tokenizer_sha256=loaded.tokenizer_sha256,
         request={**job.request, "seed": seed}, outcome=outcome, batch_job_ids=batch,
         device=device, router_decision=decision.as_json(), correlation_id=str(job.id),
-        template_version=_template_version(job),
+        template_version=_template_version(job), snapshots=snapshots or None,
     )  # fmt: skip
     run_id = str(run.pk)
     job.attempts = [*job.attempts, {

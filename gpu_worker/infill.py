@@ -100,6 +100,20 @@ def _json_sha256(value: Any) -> str:
     return hashlib.sha256(_canonical(value).encode()).hexdigest()
 
 
+def stable_prefix_ids(canvas: Canvas, ids: torch.Tensor) -> torch.Tensor:
+    """[L] ids with each hole cut (to pad) at its first still-masked position.
+
+    A hole's text from these ids is its stable prefix: what is committed left of the first
+    open position, the part a screen reader may announce.
+    """
+    cut = ids.clone()
+    for hole in canvas.holes:
+        masked = (cut[hole.start : hole.end] == canvas.mask_id).nonzero()
+        if len(masked):
+            cut[hole.start + int(masked[0]) : hole.end] = canvas.pad_id
+    return cut
+
+
 # -- the entry points --------------------------------------------------------------------------
 def infill_request(
     loaded: LoadedModel,
@@ -109,7 +123,7 @@ def infill_request(
     on_step: Callable[[dict[str, Any]], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     device: str | torch.device | None = None,
-    on_snapshot: Callable[[int, dict[str, str]], None] | None = None,
+    on_snapshot: Callable[[int, dict[str, str], dict[str, str]], None] | None = None,
 ) -> InfillOutcome:
     """Fill ``request`` (Canvas JSON) with ``loaded``'s denoiser.
 
@@ -117,8 +131,9 @@ def infill_request(
     ``sampler`` object gives the overrides of a preset (``"preset"`` key, default
     "balanced"). ``on_step`` receives each trace entry (a dict, see :func:`trace_entry`);
     ``should_stop`` is asked once per step. ``device`` moves the network there first.
-    ``on_snapshot(step, hole texts so far)`` gets the provisional text (masks left out) for
-    live previews and diagnostic sampling; that text is never put in the trace.
+    ``on_snapshot(step, provisional, stable)`` gets each hole's provisional text (masks left
+    out) and its stable prefix (the text before its first still-masked position) for live
+    previews and diagnostic sampling; that text is never put in the trace.
     Raises ``ValueError`` for a bad request; validation failures are in ``violations``.
     """
     outcome = infill_batch(
@@ -129,7 +144,7 @@ def infill_request(
         should_stop=(lambda _row: should_stop()) if should_stop is not None else None,
         device=device,
         on_snapshot=(
-            (lambda _row, step, texts: on_snapshot(step, texts))
+            (lambda _row, step, texts, stable: on_snapshot(step, texts, stable))
             if on_snapshot is not None
             else None
         ),
@@ -147,7 +162,7 @@ def infill_batch(
     on_step: Callable[[int, dict[str, Any]], None] | None = None,
     should_stop: Callable[[int], bool] | None = None,
     device: str | torch.device | None = None,
-    on_snapshot: Callable[[int, int, dict[str, str]], None] | None = None,
+    on_snapshot: Callable[[int, int, dict[str, str], dict[str, str]], None] | None = None,
 ) -> list[InfillOutcome | ValueError]:
     """Fill several requests in one batch (one forward pass per step for all of them).
 
@@ -191,8 +206,10 @@ def infill_batch(
         if on_step is not None:
             on_step(good[row], entry)
         if on_snapshot is not None:
-            texts = canvases[row].hole_texts(info.ids, loaded.tokenizer)
-            on_snapshot(good[row], info.step, texts)
+            canvas = canvases[row]
+            texts = canvas.hole_texts(info.ids, loaded.tokenizer)
+            stable = canvas.hole_texts(stable_prefix_ids(canvas, info.ids), loaded.tokenizer)
+            on_snapshot(good[row], info.step, texts, stable)
 
     run_device = next(network.parameters()).device
     generators = [torch.Generator(device=run_device).manual_seed(c.seed) for c in canvases]

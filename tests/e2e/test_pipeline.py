@@ -140,6 +140,10 @@ def test_cancel_stops_a_running_job_and_commits_nothing(
     job = services.infill_job_create(owner=user, request=long_request(), preset="careful",
                                      draft=draft, targets=[])  # fmt: skip
     wait_for(lambda: running_past(job, 3), timeout=60, what="the job to run")
+    live = job.progress["holes"]  # the progress row carries text while the job runs
+    assert set(live) == {f"part{i}" for i in range(4)}
+    assert any(h["provisional"] for h in live.values())
+    assert all(h["provisional"].startswith(h["stable"]) for h in live.values())
     services.infill_job_cancel(job=job)
     wait_for(lambda: job_state(job) in InfillJob.FINAL_STATES, timeout=10, what="the cancel")
     assert job.state == InfillJob.State.CANCELLED

@@ -77,14 +77,18 @@ def test_should_stop_cancels_and_on_step_sees_each_entry(loaded: LoadedModel) ->
     assert outcome.cancelled and outcome.steps == 2 and outcome.trace == seen
 
 
-def test_on_snapshot_gets_provisional_hole_texts(loaded: LoadedModel) -> None:
-    snapshots: list[tuple[int, dict[str, str]]] = []
+def test_on_snapshot_gets_provisional_hole_texts_and_stable_prefixes(loaded: LoadedModel) -> None:
+    snapshots: list[tuple[int, dict[str, str], dict[str, str]]] = []
     outcome = infill_request(
-        loaded, REQUEST, on_snapshot=lambda step, texts: snapshots.append((step, texts))
-    )
-    assert [step for step, _ in snapshots] == list(range(outcome.steps))
+        loaded, REQUEST,
+        on_snapshot=lambda step, texts, stable: snapshots.append((step, texts, stable)),
+    )  # fmt: skip
+    assert [step for step, _, _ in snapshots] == list(range(outcome.steps))
     assert snapshots[-1][1] == outcome.holes
-    assert all(set(texts) == {"name", "room"} for _, texts in snapshots)
+    assert snapshots[-1][2] == outcome.holes  # nothing is masked at the end: all stable
+    assert all(set(texts) == {"name", "room"} for _, texts, _ in snapshots)
+    for _, texts, stable in snapshots:  # the stable text starts the provisional text
+        assert all(texts[name].startswith(prefix) for name, prefix in stable.items())
 
 
 def test_infill_batch_returns_bad_requests_as_errors_in_place(loaded: LoadedModel) -> None:
