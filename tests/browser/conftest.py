@@ -44,9 +44,12 @@ def page(browser: Any) -> Iterator[Any]:
 
 
 @pytest.fixture
-def screenshot_dir() -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    return SCREENSHOTS
+def screenshot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """bench/screenshots when STENCIL_SCREENSHOTS=1 (refreshing the README's pictures),
+    otherwise a temporary folder, so a test run leaves the tree clean."""
+    path = SCREENSHOTS if os.getenv("STENCIL_SCREENSHOTS") == "1" else tmp_path_factory.mktemp("shots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @pytest.fixture
