@@ -6,7 +6,10 @@ it), and ``/metrics`` aggregates every process's files.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -45,3 +48,60 @@ JOB_FAILURES = Counter("stencil_job_failures_total", "Jobs ended failed, by caus
 JOB_SECONDS = Counter(
     "stencil_accelerator_seconds_total", "Worker seconds spent on jobs, by route", ["route"]
 )
+
+
+class ReviewCollector:
+    """Quality and cost by route, read from the database at scrape time.
+
+    - ``stencil_user_correction_ratio{route}``: of the model spans a person reviewed, the
+      share rejected or edited by hand;
+    - ``stencil_accelerator_seconds_per_accepted_result{route}``: sampler seconds of every
+      attempt of the jobs behind accepted drafts, per accepted draft.
+    Only the newest SCRAPE_JOBS jobs are read, so a scrape stays cheap.
+    """
+
+    SCRAPE_JOBS = 2000
+
+    def collect(self) -> Iterator[Metric]:
+        from drafting.models import Fragment, InfillJob
+
+        corrections = GaugeMetricFamily(
+            "stencil_user_correction_ratio",
+            "Share of reviewed model spans that were rejected or edited", labels=["route"],
+        )  # fmt: skip
+        reviewed = (
+            Fragment.objects.filter(job__isnull=False, status__in=["accepted", "edited", "rejected"])
+            .values_list("job__route", "status")
+        )  # fmt: skip
+        counts: dict[str, list[int]] = {}
+        for route, status in reviewed.iterator():
+            total_corrected = counts.setdefault(route, [0, 0])
+            total_corrected[0] += 1
+            total_corrected[1] += status != "accepted"
+        for route, (total, corrected) in sorted(counts.items()):
+            corrections.add_metric([route], corrected / total)
+        yield corrections
+
+        cost = GaugeMetricFamily(
+            "stencil_accelerator_seconds_per_accepted_result",
+            "Sampler seconds spent per accepted draft, by route", labels=["route"],
+        )  # fmt: skip
+        jobs = (
+            InfillJob.objects.filter(draft__accepted_revision__isnull=False)
+            .order_by("-created")
+            .values_list("route", "draft_id", "attempts")[: self.SCRAPE_JOBS]
+        )
+        seconds: dict[str, float] = {}
+        drafts: dict[str, set[int]] = {}
+        for route, draft_id, attempts in jobs:
+            seconds[route] = seconds.get(route, 0.0) + sum(
+                float(a.get("seconds", 0.0)) for a in attempts or []
+            )
+            drafts.setdefault(route, set()).add(draft_id)
+        for route in sorted(seconds):
+            cost.add_metric([route], seconds[route] / max(1, len(drafts[route])))
+        yield cost
+
+
+REVIEW_REGISTRY = CollectorRegistry(auto_describe=False)
+REVIEW_REGISTRY.register(ReviewCollector())

@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from drafting import api
-from drafting import metrics as _metrics  # noqa: F401  (registers Stencil's metrics)
+from drafting import metrics as _metrics  # registers Stencil's metrics
 from drafting.urls import api_urlpatterns
 
 
@@ -27,7 +27,8 @@ def metrics(request: HttpRequest) -> HttpResponse:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    body = generate_latest(registry) + generate_latest(_metrics.REVIEW_REGISTRY)
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
 
 
 @never_cache
