@@ -117,11 +117,11 @@ class _Progress:
     """
 
     def __init__(self, job: InfillJob, delivery: int, attempt: int, max_steps: int, *,
-                 with_texts: bool) -> None:  # fmt: skip
+                 with_texts: bool, quiet: bool = False) -> None:  # fmt: skip
         from audit.services import diagnostics_wanted
 
         self.job, self.delivery, self.attempt = job, delivery, attempt
-        self.max_steps, self.with_texts = max_steps, with_texts
+        self.max_steps, self.with_texts, self.quiet = max_steps, with_texts, quiet
         self.positions = sum(
             int(s.get("max_tokens", 0)) for s in job.request.get("segments", []) if "hole" in s
         )
@@ -151,7 +151,7 @@ class _Progress:
 
     def _write(self) -> None:
         now = time.monotonic()
-        if now - self.last_write < PROGRESS_MIN_INTERVAL_S:
+        if self.quiet or now - self.last_write < PROGRESS_MIN_INTERVAL_S:
             return
         self.last_write = now
         snapshot = _progress_snapshot({**self.entry, "holes": self.texts}, self.attempt,
@@ -363,6 +363,8 @@ def _run_claimed(job: InfillJob, delivery: int, worker: str, decision: RouteDeci
                     draft_apply_job_result(job=job)
             if attempt:
                 metrics.RETRIES.labels(outcome="recovered").inc()
+            if decision.shadow and attempt == 0:
+                _run_shadow(job, delivery, decision, outcome, device)
             return InfillJob.State.SUCCEEDED
         for v in violations:
             metrics.VALIDATION_FAILURES.labels(reason=str(v.get("name", "unknown"))).inc()
@@ -383,6 +385,41 @@ def _run_claimed(job: InfillJob, delivery: int, worker: str, decision: RouteDeci
                 metrics.RETRIES.labels(outcome="retry").inc()
     _finish(job, delivery, state=InfillJob.State.FAILED, reasons=reasons)
     return InfillJob.State.FAILED
+
+
+def _run_shadow(job: InfillJob, delivery: int, decision: RouteDecision, primary: Any,
+                device: Any) -> None:  # fmt: skip
+    """Run the other route on the same request for comparison; the person never sees it."""
+    from gpu_worker.runtime import device_name, model_get
+
+    route = str(decision.shadow)
+    directory = settings.STENCIL_MODEL_DIR if route == "diffusion" else settings.STENCIL_AR_MODEL_DIR
+    if not (Path(directory) / "model.safetensors").is_file():
+        return
+    loaded = model_get(Path(directory), device=device)
+    hooks = _Progress(job, delivery, 0, int(job.config["max_steps"]), with_texts=True, quiet=True)
+    outcome = _attempt(job, loaded, route, dict(job.config), job.seed, hooks, device)
+    if isinstance(outcome, str):
+        comparison: dict[str, Any] = {"route": route, "error": outcome}
+    else:
+        from audit.services import run_record_create
+
+        run = run_record_create(
+            job_id=str(job.id), attempt=0, route=f"shadow-{route}", model_dir=str(directory),
+            weights_sha256=loaded.weights_sha256, tokenizer_sha256=loaded.tokenizer_sha256,
+            request={**job.request, "seed": job.seed}, outcome=outcome,
+            batch_job_ids=[str(job.id)], device=device_name(device),
+            router_decision=decision.as_json(), correlation_id=str(job.id),
+        )  # fmt: skip
+        comparison = {
+            "route": route, "run_id": str(run.pk), "valid": not outcome.violations,
+            "same_holes": outcome.holes == primary.holes,
+            "seconds": round(float(outcome.timings.get("total", 0.0)), 4),
+            "primary_seconds": round(float(primary.timings.get("total", 0.0)), 4),
+        }  # fmt: skip
+    InfillJob.objects.filter(pk=job.pk).update(
+        route_reason={**decision.as_json(), "shadow_result": comparison}
+    )
 
 
 def _injected_violations(route: str) -> list[dict[str, str]]:

@@ -211,6 +211,32 @@ def test_the_ar_fallback_recovers_a_job_the_denoiser_keeps_failing(
     assert job.result["document"].endswith(",\nThank you.")
 
 
+def test_shadow_share_runs_the_other_route_for_comparison_only(
+    start_worker: Any, user: Any, worker_settings: Any, queue_prefix: str
+) -> None:
+    from django.conf import settings
+
+    from stencil.celery import app
+    from tests.workers import producer_broker
+
+    prefix = f"{queue_prefix}shadow-"
+    worker = start_worker(broker_url=settings.CELERY_BROKER_URL, queue_prefix=prefix,
+                          name="shadow", extra_env={"STENCIL_SHADOW_SHARE": "1.0"})  # fmt: skip
+    with producer_broker(app, worker.broker_url, prefix):
+        job = services.infill_job_create(owner=user, request=dict(SHORT_REQUEST), preset="fast")
+        wait_for(lambda: job_state(job) in InfillJob.FINAL_STATES and
+                 "shadow_result" in job.route_reason, timeout=120, what="the shadow")  # fmt: skip
+    worker.stop()
+    assert job.state == InfillJob.State.SUCCEEDED and job.route == "diffusion"
+    shadow = job.route_reason["shadow_result"]
+    assert shadow["route"] == "ar" and isinstance(shadow["same_holes"], bool)
+    from audit.models import RunRecord
+
+    routes = set(RunRecord.objects.filter(job_id=str(job.id)).values_list("route", flat=True))
+    assert routes == {"diffusion", "shadow-ar"}
+    assert [a["route"] for a in job.attempts] == ["diffusion"]  # the shadow is not an attempt
+
+
 def test_a_worker_consuming_from_redis_runs_a_job(
     start_worker: Any, user: Any, worker_settings: Any, queue_prefix: str
 ) -> None:
