@@ -15,6 +15,7 @@ from stencil.env import database_from_url, envbool, envfloat, envint, envlist
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.getenv("STENCIL_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)  # the embedded defaults (SQLite, broker) live here
 
 DEBUG = envbool("DEBUG", "True")
 _DEV_SECRET = "stencil-development-only-secret-key-change-me-0123456789abcdef"
