@@ -18,6 +18,6 @@ app.autodiscover_tasks(["gpu_worker"])
 def _filesystem_broker_folders(sender: Celery, **kwargs: object) -> None:
     """The embedded filesystem transport needs its folders before the first message."""
     options = sender.conf.broker_transport_options or {}
-    for key in ("data_folder_in", "data_folder_out", "processed_folder"):
+    for key in ("data_folder_in", "data_folder_out", "processed_folder", "control_folder"):
         if options.get(key):
             Path(options[key]).mkdir(parents=True, exist_ok=True)

@@ -126,6 +126,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
         "processed_folder": str(BROKER_DIR / "processed"),
+        "control_folder": str(BROKER_DIR / "control"),  # broadcasts (pidbox), not the cwd
         "store_processed": False,
     }
 CELERY_TASK_IGNORE_RESULT = True
