@@ -52,7 +52,7 @@ def sampler_grid() -> dict[str, SamplerConfig]:
 @dataclass
 class Case:
     request: dict[str, Any]
-    targets: dict[str, str]  # hole name -> reference text
+    targets: dict[str, str]  # scored hole name -> reference text (other holes are context)
 
 
 def eval_cases(loaded: LoadedModel, per_kind: int, kinds: tuple[str, ...] = KINDS) -> list[Case]:
@@ -61,7 +61,8 @@ def eval_cases(loaded: LoadedModel, per_kind: int, kinds: tuple[str, ...] = KIND
     cases = []
     for kind in kinds:
         for case in build_cases(kind, per_kind, loaded.tokenizer.encode):
-            cases.append(Case(case.request(), {h.name: h.target for h in case.holes}))
+            target = case.holes[0]  # the scored hole, as in gpu_worker.evaluate
+            cases.append(Case(case.request(), {target.name: target.target}))
     return cases
 
 
@@ -119,7 +120,7 @@ def run_route(route: Callable[[dict[str, Any]], Any], cases: list[Case]) -> dict
         valid.append(float(not outcome.violations))
         passes.append(outcome.forward_passes)
         seconds.append(wall)
-        per_hole.append(wall / len(case.targets))
+        per_hole.append(wall / sum("hole" in seg for seg in case.request["segments"]))
         committed.append(sum(int(e.get("committed", 0)) for e in outcome.trace))
         padded.append(sum(int(e.get("padded", 0)) for e in outcome.trace))
         forward_ms.append(sum(float(e.get("forward_ms", 0.0)) for e in outcome.trace))
