@@ -227,6 +227,7 @@ def denoiser_nelbo(loaded: LoadedModel, case: Case, generator: torch.Generator) 
     ids, ranges = tokenize_with_holes(case.doc, spans, tok.encode)
     row: list[int] = []
     region: list[int] = []  # positions of the target's budget
+    n_content = 0  # the target's true tokens
     cursor = 0
     for (a, b), hole in sorted(zip(ranges, case.holes, strict=True), key=lambda x: x[0][0]):
         row += ids[cursor:a]
@@ -414,6 +415,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def _cell(text: str, width: int = 60) -> str:
+    """One Markdown table cell: newlines and pipes escaped, cut to ``width`` characters."""
+    return text.replace("\n", "\\n").replace("|", "\\|").replace("`", "'")[:width]
+
+
 def write_report(results: dict[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
@@ -425,7 +431,7 @@ def write_report(results: dict[str, Any], out: Path) -> None:
         if key not in seen:
             seen.add(key)
             examples.append(f"| {rec['kind']} | {rec['model']} | {rec['doc_kind']} | "
-                            f"`{rec['target']!s:.60}` | `{rec['prediction']!s:.60}` |")  # fmt: skip
+                            f"`{_cell(rec['target'])}` | `{_cell(rec['prediction'])}` |")  # fmt: skip
     text = [
         "# Evaluation: Stencil denoiser vs AR-FIM baseline",
         "",

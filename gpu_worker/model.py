@@ -41,11 +41,6 @@ class ModelConfig:
     max_len: int = 512  # longest sequence the RoPE tables and training cover
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
-    # A learned bias on queries / keys / values. It gives every query and key a content-free
-    # part, so RoPE can score "the token k places away" from the first step: a bidirectional
-    # denoiser must attend to its neighbours to predict a masked token (a causal model reads
-    # its own token), and without it a small denoiser sits on a long unigram plateau.
-    qkv_bias: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # free-form provenance (corpus, seed)
 
     @property
@@ -113,7 +108,7 @@ class Attention(nn.Module):
         super().__init__()
         self.n_heads = cfg.n_heads
         self.head_dim = cfg.d_model // cfg.n_heads
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.qkv_bias)
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
     def forward(

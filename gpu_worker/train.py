@@ -78,7 +78,6 @@ class TrainConfig:
     n_layers: int = 8
     n_heads: int = 5
     ffn_hidden: int = 432
-    qkv_bias: bool = False  # see ModelConfig.qkv_bias
     eval_every: int = 250
     checkpoint_every: int = 100
 
@@ -337,7 +336,7 @@ def model_config(cfg: TrainConfig, tok: StencilTokenizer) -> ModelConfig:
         kind=cfg.kind, vocab_size=tok.vocab_size, pad_id=s.pad, eos_id=s.eos, mask_id=s.mask,
         fim_prefix_id=s.fim_prefix, fim_suffix_id=s.fim_suffix, fim_middle_id=s.fim_middle,
         d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-        ffn_hidden=cfg.ffn_hidden, max_len=cfg.max_len + 1, qkv_bias=cfg.qkv_bias,
+        ffn_hidden=cfg.ffn_hidden, max_len=cfg.max_len + 1,
         extra={"corpus": "gpu_worker.corpus train split", "seed": cfg.seed},
     )  # fmt: skip
 
@@ -545,9 +544,7 @@ def render_model_card(
         f"| final train / val loss | {summary['final_train_loss']} / {summary['final_val_loss']} |",
         "| weights | bf16 safetensors |",
         "",
-        f"Reproduce: `python -m gpu_worker.train --kind tokenizer` then "
-        f"`python -m gpu_worker.train --kind {kind} --out models/{out.name} --seed {cfg['seed']} "
-        f"--steps {summary['steps']}`.",
+        _reproduce_line(out, summary),
     ]
     if summary.get("final_copy_probe") is not None:
         lines += ["", f"Copy probe at the end of training (first mention of a repeated entity "
@@ -577,6 +574,18 @@ def render_model_card(
         "",
     ]
     return "\n".join(lines)
+
+
+def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
+    """How to rebuild the weights: one command per training phase (a resumed run re-plans
+    its cosine schedule for the new step count, so the phases must be repeated as they ran)."""
+    cfg = summary["config"]
+    phases = summary.get("phases") or [summary["steps"]]
+    command = (f"python -m gpu_worker.train --kind {summary['kind']} --out models/{out.name} "
+               f"--seed {cfg['seed']}")  # fmt: skip
+    runs = " then ".join(f"`{command} --steps {n}`" for n in phases)
+    note = " (each later phase resumes from the checkpoint under var/train/)" if len(phases) > 1 else ""
+    return f"Reproduce: `python -m gpu_worker.train --kind tokenizer`, then {runs}{note}."
 
 
 def write_model_card(

@@ -145,7 +145,8 @@ def test_draft_a_referral_letter_from_login_to_export(
     reason_text = span_card(page, "Reason for referral").locator("blockquote").inner_text()
     span_card(page, "Clinical summary").get_by_role("button", name="Regenerate").click()
     second = job_id_of(page)
-    assert watch_job(page, second, job_in_background) == "succeeded"
+    state = watch_job(page, second, job_in_background)
+    assert state == "succeeded", InfillJob.objects.get(pk=second).reasons
     page.get_by_role("link", name="Review the text").click()
     assert "Urgency: soon." in page.locator("#document").inner_text()
     assert page.locator("#document .status-provisional").count() == 1
