@@ -1,6 +1,6 @@
 """Audit keys: AES-256-GCM keys for diagnostics and the Ed25519 key that signs checkpoints.
 
-Keys come from settings (the environment). In development (DEBUG on) a missing key is
+Keys come from settings (the environment). In development (AUDIT_DEV_KEYS, on when DEBUG is) a missing key is
 generated once into ``VAR_DIR/audit/`` with mode 0600, and a log line says so; with DEBUG off a
 missing key is a configuration error.
 """
@@ -61,7 +61,7 @@ def _decode_aes_key(text: str) -> bytes:
 
 
 def _require_debug(name: str) -> None:
-    if not settings.DEBUG:
+    if not settings.AUDIT_DEV_KEYS:
         raise ImproperlyConfigured(f"{name} must be set in the environment when DEBUG is off")
 
 

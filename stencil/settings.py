@@ -180,6 +180,10 @@ if STENCIL_FAULT_INJECTION and not DEBUG:
     raise RuntimeError("STENCIL_FAULT_INJECTION is for tests; it cannot be set when DEBUG is off")
 
 # -- Audit ---------------------------------------------------------------------------------
+# Missing audit keys are generated into VAR_DIR/audit in development; in production (DEBUG
+# off) they must come from the environment. Read once here: the test runner turns DEBUG off
+# later, and generated development keys must keep working there.
+AUDIT_DEV_KEYS = envbool("AUDIT_DEV_KEYS", str(DEBUG))
 AUDIT_DIAGNOSTIC_SHARE = envfloat("AUDIT_DIAGNOSTIC_SHARE", "0.1")
 AUDIT_ENCRYPTION_KEYS = envlist("AUDIT_ENCRYPTION_KEYS", "")  # newest first, base64 AES keys
 AUDIT_SIGNING_KEY = os.getenv("AUDIT_SIGNING_KEY", "")  # base64 Ed25519 private key

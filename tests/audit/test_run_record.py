@@ -121,7 +121,7 @@ def test_development_keys_are_generated_once_with_mode_0600(
 ) -> None:
     from audit import keys
 
-    audit_settings.DEBUG = True  # the test runner turns it off
+    audit_settings.AUDIT_DEV_KEYS = True
     audit_settings.AUDIT_ENCRYPTION_KEYS = []
     audit_settings.AUDIT_SIGNING_KEY = ""
     first = keys.encryption_keys()
@@ -138,7 +138,7 @@ def test_production_requires_keys_from_the_environment(audit_settings: Any) -> N
 
     from audit import keys
 
-    audit_settings.DEBUG = False
+    audit_settings.AUDIT_DEV_KEYS = False  # what DEBUG off means
     audit_settings.AUDIT_ENCRYPTION_KEYS = []
     audit_settings.AUDIT_SIGNING_KEY = ""
     with pytest.raises(ImproperlyConfigured, match="AUDIT_ENCRYPTION_KEYS"):
