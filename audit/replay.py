@@ -121,9 +121,14 @@ def _short(digest: str) -> str:
 
 
 def replay_run(
-    *, run_id: str, body: dict[str, Any], request: dict[str, Any], trace: list[dict[str, Any]]
-) -> ReplayReport:
-    """Re-run one recorded run; compare its trace, outputs and runtime with the record."""
+    *, run_id: str, body: dict[str, Any], request: dict[str, Any], trace: list[dict[str, Any]],
+    batch_requests: list[dict[str, Any]] | None = None,
+) -> ReplayReport:  # fmt: skip
+    """Re-run one recorded run; compare its trace, outputs and runtime with the record.
+
+    ``batch_requests`` (every request of the recorded batch, in order) re-runs the whole
+    batch as it ran, so a batched run replays exactly; without it the run replays alone.
+    """
     import torch
 
     from gpu_worker.backends import load_backend
@@ -153,12 +158,23 @@ def replay_run(
         if runtime.get(key) != now.get(key):
             reasons.append(f"{key} differs: recorded {runtime.get(key)}, now {now.get(key)}")
     batch_size = int(body["stencil.batch"]["size"])
-    if batch_size > 1:
+    position = body["stencil.batch"].get("position")
+    rebatch = batch_size > 1 and batch_requests is not None and position is not None
+    if batch_size > 1 and not rebatch:
         reasons.append(f"recorded in a batch of {batch_size}, replayed alone")
 
     replay_request = {**request, "seed": body["stencil.generator"]["seed"]}
     config = _sampler_config(body["stencil.sampler"]["config"])
-    outcome = _call_runner(runner, loaded, replay_request, config, torch.device(device))
+    if rebatch and batch_requests is not None:
+        from gpu_worker.infill import infill_batch
+
+        batched = infill_batch(loaded, batch_requests, config=config, device=torch.device(device))
+        row = batched[int(position)]
+        if isinstance(row, ValueError):
+            raise ReplayError(f"the recorded batch cannot be re-run: {row}")
+        outcome: OutcomeLike = row
+    else:
+        outcome = _call_runner(runner, loaded, replay_request, config, torch.device(device))
 
     replayed = trace_hash(outcome.trace)
     divergence = trace_compare(trace, replayed)
@@ -185,7 +201,9 @@ def replay_run(
     )
 
 
-def replay_record(*, run_id: str, body: str, request: str, trace: str) -> ReplayReport:
+def replay_record(*, run_id: str, body: str, request: str, trace: str,
+                  batch_requests: list[dict[str, Any]] | None = None) -> ReplayReport:  # fmt: skip
     return replay_run(
-        run_id=run_id, body=json.loads(body), request=json.loads(request), trace=json.loads(trace)
-    )
+        run_id=run_id, body=json.loads(body), request=json.loads(request),
+        trace=json.loads(trace), batch_requests=batch_requests,
+    )  # fmt: skip

@@ -391,9 +391,36 @@ def incident_status_set(*, incident: Incident, status: str, user: Any = None) ->
 
 
 # -- replay ---------------------------------------------------------------------------------
+def _batch_requests(run: RunRecord) -> list[dict[str, Any]] | None:
+    """The requests (with seeds) of every run in ``run``'s batch, in batch order.
+
+    None when the run was alone or a batch mate's record is missing (then the replay runs
+    alone and says it is approximate).
+    """
+    body = json.loads(run.body)
+    batch = body["stencil.batch"]["job_ids"]
+    if len(batch) <= 1:
+        return None
+    requests: list[dict[str, Any]] = []
+    for job_id in batch:
+        mate = (RunRecord.objects.filter(job_id=job_id, attempt=run.attempt, route=run.route)
+                .order_by("created").first())  # fmt: skip
+        if mate is None:
+            return None
+        mate_body = json.loads(mate.body)
+        if mate_body["stencil.batch"]["job_ids"] != batch:
+            return None
+        requests.append({**json.loads(mate.request), "seed": mate_body["stencil.generator"]["seed"]})
+    return requests
+
+
 def run_replay(*, run: RunRecord, actor: str = SYSTEM_ACTOR) -> ReplayReport:
-    """Re-run ``run`` and compare; the result is itself an audit event."""
-    report = replay_record(run_id=str(run.pk), body=run.body, request=run.request, trace=run.trace)
+    """Re-run ``run`` (with its whole batch, when it ran in one) and compare.
+
+    The result is itself an audit event.
+    """
+    report = replay_record(run_id=str(run.pk), body=run.body, request=run.request,
+                           trace=run.trace, batch_requests=_batch_requests(run))  # fmt: skip
     audit_event_append(
         kind=AuditEvent.Kind.RUN_REPLAYED,
         actor=actor,

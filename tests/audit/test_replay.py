@@ -135,3 +135,28 @@ def test_replay_of_a_missing_model_directory_is_a_clear_error(
     run = record_real(CONFIGS[0], 0, model_dir=str(tmp_path / "gone"))
     with pytest.raises(CommandError, match="not on this machine"):
         call_command("audit_replay", str(run.pk), stdout=io.StringIO())
+
+
+def test_a_batched_run_replays_identically_with_its_whole_batch(
+    audit_settings: Any, db: Any, loaded: Any
+) -> None:
+    from gpu_worker.infill import InfillOutcome, infill_batch
+
+    config = SamplerConfig.from_json({"commit_rule": "threshold", "threshold": 0.5,
+                                      "cache": "dual", "temperature": 0.8})  # fmt: skip
+    requests = [{**copy.deepcopy(REQUEST), "seed": seed} for seed in (3, 4, 5)]
+    outcomes = infill_batch(loaded, requests, config=config, device="cpu")
+    batch = [f"job-b{i}" for i in range(3)]
+    runs = []
+    for job_id, request, outcome in zip(batch, requests, outcomes, strict=True):
+        assert isinstance(outcome, InfillOutcome)
+        runs.append(run_record_create(
+            job_id=job_id, attempt=0, route="diffusion", model_dir=str(PLACEHOLDER_MODEL),
+            weights_sha256=loaded.weights_sha256, tokenizer_sha256=loaded.tokenizer_sha256,
+            request=request, outcome=outcome, batch_job_ids=batch, device="cpu",
+            router_decision={"route": "diffusion"}, correlation_id=job_id,
+        ))  # fmt: skip
+    for run in runs:
+        report = run_replay(run=run)
+        assert report.identical, report.summary
+        assert "batch" not in " ".join(report.approximate_reasons)
