@@ -29,6 +29,7 @@ from drafting.services import draft_apply_job_result
 
 log = logging.getLogger(__name__)
 PROGRESS_MIN_INTERVAL_S = 0.2  # at most five progress writes a second per job
+CANCEL_POLL_TTL_S = 0.005  # a batch's cancel flags are read once per step (see _CancelPoll)
 
 
 class JobBusy(Exception):
@@ -165,6 +166,28 @@ class _Progress:
         return InfillJob.objects.filter(pk=self.job.pk, cancel_requested=True).exists()
 
 
+class _CancelPoll:
+    """Cancellation flags of a batch's jobs: one query per denoising step, not one per row.
+
+    The sampler asks every active row at the start of a step, within microseconds; answers
+    younger than CANCEL_POLL_TTL_S (far shorter than a step) are reused, so a cancel is
+    still seen at the next step.
+    """
+
+    def __init__(self, job_ids: list[Any]) -> None:
+        self.job_ids = job_ids
+        self.flags: set[Any] = set()
+        self.read_at = -1.0
+
+    def requested(self, job_id: Any) -> bool:
+        now = time.monotonic()
+        if now - self.read_at > CANCEL_POLL_TTL_S:
+            self.flags = set(InfillJob.objects.filter(pk__in=self.job_ids, cancel_requested=True)
+                             .values_list("pk", flat=True))  # fmt: skip
+            self.read_at = now
+        return job_id in self.flags
+
+
 def _progress_snapshot(entry: dict[str, Any], attempt: int, positions: int) -> dict[str, Any]:
     """What the progress view shows; ``entry`` is the sampler's trace entry for the step."""
     masked_left = int(entry.get("masked_left", 0))
@@ -297,11 +320,12 @@ def _first_attempt_batched(claims: list[Claim], decisions: dict[Any, RouteDecisi
     config = claims[0].job.config
     hooks = [_Progress(c.job, c.delivery, 0, int(config["max_steps"]), with_texts=True)
              for c in claims]  # fmt: skip
+    cancelled = _CancelPoll([c.job.pk for c in claims])
     results = infill_batch(
         loaded, [{**c.job.request, "seed": derive_seed(c.job.seed, 0)} for c in claims],
         config=SamplerConfig.from_json(config),
         on_step=lambda row, entry: hooks[row].on_step(entry),
-        should_stop=lambda row: hooks[row].should_stop(),
+        should_stop=lambda row: cancelled.requested(claims[row].job.pk),
         device=device,
         on_snapshot=lambda row, step, texts, stable: hooks[row].on_snapshot(step, texts, stable),
     )  # fmt: skip

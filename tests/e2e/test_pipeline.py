@@ -237,6 +237,36 @@ def test_shadow_share_runs_the_other_route_for_comparison_only(
     assert [a["route"] for a in job.attempts] == ["diffusion"]  # the shadow is not an attempt
 
 
+def test_a_worker_batches_compatible_queued_jobs_into_one_denoising_batch(
+    start_worker: Any, user: Any, worker_settings: Any, queue_prefix: str
+) -> None:
+    from django.conf import settings
+
+    from stencil.celery import app
+    from tests.workers import producer_broker
+
+    prefix = f"{queue_prefix}batch-"
+    with producer_broker(app, settings.CELERY_BROKER_URL, prefix):
+        jobs = [services.infill_job_create(owner=user, request={**SHORT_REQUEST, "seed": seed},
+                                           preset="fast") for seed in (1, 2, 3)]  # fmt: skip
+        worker = start_worker(broker_url=settings.CELERY_BROKER_URL, queue_prefix=prefix,
+                              name="batcher")  # all three are queued before it starts
+        wait_for(lambda: all(job_state(j) in InfillJob.FINAL_STATES for j in jobs),
+                 timeout=120, what="the batch")  # fmt: skip
+    worker.stop()
+    ids = sorted(str(j.pk) for j in jobs)
+    for job in jobs:
+        assert job.state == InfillJob.State.SUCCEEDED, job.reasons
+        assert job.result is not None and job.result["batch_size"] == 3
+        assert job.delivery_count == 1  # claimed once, by the batch; its own message skipped
+        assert sorted(job.attempts[0]["batch"]) == ids
+    from audit.models import RunRecord
+    from audit.services import run_replay
+
+    run = RunRecord.objects.get(job_id=str(jobs[1].pk))
+    assert run_replay(run=run).identical  # the batch is re-run as recorded
+
+
 def test_a_worker_consuming_from_redis_runs_a_job(
     start_worker: Any, user: Any, worker_settings: Any, queue_prefix: str
 ) -> None:
