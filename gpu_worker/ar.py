@@ -29,7 +29,7 @@ import torch
 
 from gpu_worker.backends import LoadedModel
 from gpu_worker.canvas import Canvas, Hole, parse_canvas
-from gpu_worker.config import SamplerConfig, config_from_overrides
+from gpu_worker.config import SamplerConfig, config_from_request
 from gpu_worker.constraints import CharAutomaton, ChoiceConstraint, PatternConstraint
 from gpu_worker.infill import InfillOutcome, trace_chain
 from gpu_worker.model import KVCache, StencilTransformer
@@ -76,7 +76,7 @@ def infill_request_ar(
     canvas = parse_canvas(
         request, loaded.tokenizer, max_len=network.max_len, vocab_size=network.config.vocab_size
     )
-    cfg = config if config is not None else _config_from_request(canvas.sampler)
+    cfg = config if config is not None else config_from_request(canvas.sampler)
     encoded = time.perf_counter()
     generator = torch.Generator().manual_seed(canvas.seed)
     ids = canvas.ids.clone()  # [L]: holes get their tokens then pad, as the sampler leaves them
@@ -135,14 +135,6 @@ def infill_request_ar(
         device=str(next(network.parameters()).device),
     )
 
-
-def _config_from_request(sampler: dict[str, Any]) -> SamplerConfig:
-    """The request's ``sampler`` overrides on a preset (``"preset"`` key), as the sampler does."""
-    overrides = dict(sampler)
-    preset = overrides.pop("preset", None)
-    if preset is not None and not isinstance(preset, str):
-        raise ValueError(f"sampler.preset={preset!r} must be a string")
-    return config_from_overrides(preset, overrides)
 
 
 # -- one hole -----------------------------------------------------------------------------------

@@ -207,6 +207,15 @@ def config_from_overrides(
     return PRESETS[name].replace(**(overrides or {}))
 
 
+def config_from_request(sampler: dict[str, Any]) -> SamplerConfig:
+    """A request's ``sampler`` object: overrides of the preset named by its "preset" key."""
+    overrides = dict(sampler)
+    preset = overrides.pop("preset", None)
+    if preset is not None and not isinstance(preset, str):
+        raise ValueError(f"sampler.preset={preset!r} must be a string")
+    return config_from_overrides(preset, overrides)
+
+
 __all__ = [
     "DEFAULT_PRESET",
     "PRESETS",
@@ -217,4 +226,5 @@ __all__ = [
     "RemaskPolicy",
     "SamplerConfig",
     "config_from_overrides",
+    "config_from_request",
 ]

@@ -27,7 +27,7 @@ import torch
 
 from gpu_worker.backends import LoadedModel
 from gpu_worker.canvas import Canvas, parse_canvas
-from gpu_worker.config import SamplerConfig, config_from_overrides
+from gpu_worker.config import SamplerConfig, config_from_request
 from gpu_worker.sampler import DenoiseResult, StepInfo, denoise_batch, model_int
 from gpu_worker.validation import validate
 
@@ -185,7 +185,7 @@ def infill_batch(
                 max_len=model_int(network, "max_len"),
                 vocab_size=model_vocab_size(loaded),
             )
-            configs.add(config or _config_from_request(canvas.sampler))
+            configs.add(config or config_from_request(canvas.sampler))
         except ValueError as exc:
             outcomes.append(exc)
             continue
@@ -285,13 +285,6 @@ def model_vocab_size(loaded: LoadedModel) -> int:
     size = getattr(model_config, "vocab_size", None)
     return int(size) if size is not None else loaded.tokenizer.vocab_size
 
-
-def _config_from_request(sampler: dict[str, Any]) -> SamplerConfig:
-    overrides = dict(sampler)
-    preset = overrides.pop("preset", None)
-    if preset is not None and not isinstance(preset, str):
-        raise ValueError(f"sampler.preset={preset!r} must be a string")
-    return config_from_overrides(preset, overrides)
 
 
 # -- the CLI -----------------------------------------------------------------------------------
