@@ -20,6 +20,7 @@ from drafting.models import InfillJob
 RECENT_WINDOW = timedelta(hours=1)
 RECENT_MIN_JOBS = 20  # below this many recent jobs, the measured rates are not trusted
 MIN_SUCCESS_RATE = 0.5  # a route that succeeds less often than this loses the traffic
+SLOWER_RATIO = 2.0  # diffusion this many times slower than AR, at no better success, loses
 SHORT_HOLE_TOKENS = 4  # holes this short gain nothing from parallel decoding
 
 
@@ -41,7 +42,13 @@ def _recent_stats(route: str) -> dict[str, Any]:
         ok=Count("id", filter=Q(state=InfillJob.State.SUCCEEDED)),
     )
     total = rows["total"] or 0
-    return {"jobs": total, "success_rate": (rows["ok"] / total) if total else None}
+    return {"jobs": total, "success_rate": (rows["ok"] / total) if total else None,
+            "latency_s": recent_latency(route)}  # fmt: skip
+
+
+def _trusted(stats: dict[str, Any]) -> bool:
+    return (stats["jobs"] >= RECENT_MIN_JOBS and stats["success_rate"] is not None
+            and stats["latency_s"] is not None)  # fmt: skip
 
 
 def route_choose(*, job: InfillJob, rng: random.Random | None = None) -> RouteDecision:
@@ -57,8 +64,8 @@ def route_choose(*, job: InfillJob, rng: random.Random | None = None) -> RouteDe
     if hint in {"diffusion", "ar"}:
         return _with_shadow(RouteDecision(hint, f"template asks for the {hint} route",
                                           evidence=evidence), rng)  # fmt: skip
-    diffusion = _recent_stats("diffusion")
-    evidence["recent_diffusion"] = diffusion
+    diffusion, ar = _recent_stats("diffusion"), _recent_stats("ar")
+    evidence["recent_diffusion"], evidence["recent_ar"] = diffusion, ar
     if (
         diffusion["jobs"] >= RECENT_MIN_JOBS
         and diffusion["success_rate"] is not None
@@ -67,6 +74,13 @@ def route_choose(*, job: InfillJob, rng: random.Random | None = None) -> RouteDe
         return _with_shadow(RouteDecision(
             "ar", f"diffusion succeeded in only {diffusion['success_rate']:.0%} of recent jobs",
             evidence=evidence), rng)  # fmt: skip
+    if _trusted(diffusion) and _trusted(ar) and (
+        diffusion["latency_s"] > SLOWER_RATIO * ar["latency_s"]
+        and ar["success_rate"] >= diffusion["success_rate"]
+    ):
+        return _with_shadow(RouteDecision(
+            "ar", f"diffusion took {diffusion['latency_s']:.2f}s against AR's "
+            f"{ar['latency_s']:.2f}s recently, at no better success", evidence=evidence), rng)  # fmt: skip
     if len(holes) == 1 and evidence["max_hole_tokens"] <= SHORT_HOLE_TOKENS:
         evidence["note"] = "one short hole: both routes cost about one pass"
     return _with_shadow(RouteDecision(

@@ -137,3 +137,43 @@ def test_router_follows_the_template_hint_and_defaults_to_diffusion(job: InfillJ
     assert decision.route == "diffusion"
     assert decision.evidence["holes"] == 1
     assert decision.shadow is None
+
+
+def _finished_jobs(owner: Any, route: str, seconds: float, state: str, n: int) -> None:
+    from datetime import timedelta
+
+    now = timezone.now()
+    for _ in range(n):
+        InfillJob.objects.create(
+            owner=owner, request=dict(REQUEST), config={}, config_sha256="x", seed=1,
+            route=route, state=state, started=now - timedelta(seconds=seconds), finished=now,
+        )  # fmt: skip
+
+
+def test_router_moves_traffic_to_ar_when_diffusion_keeps_failing(job: InfillJob) -> None:
+    from drafting.router import RECENT_MIN_JOBS
+
+    _finished_jobs(job.owner, "diffusion", 1.0, InfillJob.State.FAILED, RECENT_MIN_JOBS)
+    decision = route_choose(job=job)
+    assert decision.route == "ar" and "succeeded in only 0%" in decision.reason
+
+
+def test_router_prefers_ar_when_diffusion_is_much_slower_at_no_better_success(
+    job: InfillJob,
+) -> None:
+    from drafting.router import RECENT_MIN_JOBS
+
+    _finished_jobs(job.owner, "diffusion", 3.0, InfillJob.State.SUCCEEDED, RECENT_MIN_JOBS)
+    _finished_jobs(job.owner, "ar", 1.0, InfillJob.State.SUCCEEDED, RECENT_MIN_JOBS)
+    decision = route_choose(job=job)
+    assert decision.route == "ar" and "took 3.00s" in decision.reason
+    assert decision.evidence["recent_ar"]["jobs"] == RECENT_MIN_JOBS
+
+
+def test_router_sends_a_shadow_share_to_the_other_route(job: InfillJob, settings: Any) -> None:
+    import random
+
+    settings.STENCIL_SHADOW_SHARE = 1.0
+    assert route_choose(job=job, rng=random.Random(0)).shadow == "ar"
+    settings.STENCIL_SHADOW_SHARE = 0.0
+    assert route_choose(job=job, rng=random.Random(0)).shadow is None
