@@ -239,8 +239,8 @@ def job_run(*, job_id: str, worker: str) -> str:
     batched = [c for c in claims if decisions[c.job.pk].route == "diffusion"]
     first: dict[Any, Any] = {}
     if len(batched) > 1:
-        first = _first_attempt_batched(batched, decisions, worker)
-    states = [_run_guarded(c, worker, decisions[c.job.pk], first.get(c.job.pk)) for c in claims]
+        first = _first_attempt_batched(batched)
+    states = [_run_guarded(c, decisions[c.job.pk], first.get(c.job.pk)) for c in claims]
     return states[0]
 
 
@@ -276,12 +276,12 @@ def _route(job: InfillJob) -> RouteDecision:
     return decision
 
 
-def _run_guarded(claim: Claim, worker: str, decision: RouteDecision, first: Any) -> str:
+def _run_guarded(claim: Claim, decision: RouteDecision, first: _Batched | None) -> str:
     job = claim.job
     metrics.QUEUE_WAIT.observe(((job.started or timezone.now()) - job.created).total_seconds())
     started = time.monotonic()
     try:
-        state = _run_claimed(job, claim.delivery, worker, decision, first)
+        state = _run_claimed(job, claim.delivery, decision, first)
     except Exception as exc:  # a bug or an exhausted soft time limit: end it with a reason
         log.exception("job %s crashed", job.pk)
         name = type(exc).__name__
@@ -308,15 +308,14 @@ class _Batched:
     snapshots: list[str]
 
 
-def _first_attempt_batched(claims: list[Claim], decisions: dict[Any, RouteDecision],
-                           worker: str) -> dict[Any, _Batched]:  # fmt: skip
+def _first_attempt_batched(claims: list[Claim]) -> dict[Any, _Batched]:
     """One denoising batch for the first attempt of several jobs with one config."""
     from gpu_worker.config import SamplerConfig
     from gpu_worker.infill import infill_batch
     from gpu_worker.runtime import choose_device, model_get
 
     device = choose_device(settings.STENCIL_DEVICE)
-    loaded = model_get(Path(settings.STENCIL_MODEL_DIR), device=device)
+    loaded = model_get(_model_dir("diffusion"), device=device)
     config = claims[0].job.config
     hooks = [_Progress(c.job, c.delivery, 0, int(config["max_steps"]), with_texts=True)
              for c in claims]  # fmt: skip
@@ -338,7 +337,7 @@ def _first_attempt_batched(claims: list[Claim], decisions: dict[Any, RouteDecisi
     }  # fmt: skip
 
 
-def _run_claimed(job: InfillJob, delivery: int, worker: str, decision: RouteDecision,
+def _run_claimed(job: InfillJob, delivery: int, decision: RouteDecision,
                  first: _Batched | None) -> str:  # fmt: skip
     from gpu_worker.runtime import choose_device, device_name, model_get
 
@@ -346,8 +345,7 @@ def _run_claimed(job: InfillJob, delivery: int, worker: str, decision: RouteDeci
     plans = _attempt_plan(job, decision)
     reasons: list[str] = []
     for attempt, (route, config) in enumerate(plans):
-        directory = settings.STENCIL_MODEL_DIR if route == "diffusion" else settings.STENCIL_AR_MODEL_DIR
-        loaded = model_get(Path(directory), device=device)
+        loaded = model_get(_model_dir(route), device=device)
         seed = derive_seed(job.seed, attempt)
         batch = [str(job.pk)]
         if attempt == 0 and first is not None:
@@ -417,10 +415,9 @@ def _run_shadow(job: InfillJob, delivery: int, decision: RouteDecision, primary:
     from gpu_worker.runtime import device_name, model_get
 
     route = str(decision.shadow)
-    directory = settings.STENCIL_MODEL_DIR if route == "diffusion" else settings.STENCIL_AR_MODEL_DIR
-    if not (Path(directory) / "model.safetensors").is_file():
+    if not _model_available(route):
         return
-    loaded = model_get(Path(directory), device=device)
+    loaded = model_get(_model_dir(route), device=device)
     hooks = _Progress(job, delivery, 0, int(job.config["max_steps"]), with_texts=True, quiet=True)
     outcome = _attempt(job, loaded, route, dict(job.config), job.seed, hooks, device)
     if isinstance(outcome, str):
@@ -429,7 +426,7 @@ def _run_shadow(job: InfillJob, delivery: int, decision: RouteDecision, primary:
         from audit.services import run_record_create
 
         run = run_record_create(
-            job_id=str(job.id), attempt=0, route=f"shadow-{route}", model_dir=str(directory),
+            job_id=str(job.id), attempt=0, route=f"shadow-{route}", model_dir=str(_model_dir(route)),
             weights_sha256=loaded.weights_sha256, tokenizer_sha256=loaded.tokenizer_sha256,
             request={**job.request, "seed": job.seed}, outcome=outcome,
             batch_job_ids=[str(job.id)], device=device_name(device),
@@ -467,15 +464,19 @@ def _attempt_plan(job: InfillJob, decision: RouteDecision) -> list[tuple[str, di
     retries = settings.STENCIL_MAX_ATTEMPTS if decision.route == "diffusion" else 1
     for i in range(retries):
         plans.append((decision.route, escalate(job.config, i)))
-    if decision.route == "diffusion" and _ar_available():
+    if decision.route == "diffusion" and _model_available("ar"):
         plans.append(("ar", dict(job.config)))
     elif decision.route == "ar":
         plans.append(("diffusion", escalate(job.config, 1)))
     return plans
 
 
-def _ar_available() -> bool:
-    return (Path(settings.STENCIL_AR_MODEL_DIR) / "model.safetensors").is_file()
+def _model_dir(route: str) -> Path:
+    return Path(settings.STENCIL_MODEL_DIR if route == "diffusion" else settings.STENCIL_AR_MODEL_DIR)
+
+
+def _model_available(route: str) -> bool:
+    return (_model_dir(route) / "model.safetensors").is_file()
 
 
 def _attempt(job: InfillJob, loaded: Any, route: str, config: dict[str, Any], seed: int,

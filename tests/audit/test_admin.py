@@ -22,7 +22,7 @@ def staff(django_user_model: Any) -> Any:
 @pytest.mark.parametrize(
     "query",
     ["", "?route=diffusion", "?has_incident=yes", "?has_incident=no",
-     "?model_name=stencil-placeholder", "?created__gte=2000-01-01"],
+     "?model_name=stencil-placeholder", "?created__gte=2000-01-01T00:00:00%2B00:00"],
 )  # fmt: skip
 def test_run_list_renders_with_filters(record_fake: Any, admin_client: Client, query: str) -> None:
     run = record_fake()
