@@ -125,13 +125,7 @@ def infill_request_ar(
         route=ROUTE,
         cancelled=cancelled,
         violations=[v.to_dict() for v in violations],
-        model={
-            "name": loaded.name,
-            "kind": loaded.kind,
-            "weights_sha256": loaded.weights_sha256,
-            "tokenizer_sha256": loaded.tokenizer_sha256,
-            "placeholder": loaded.placeholder,
-        },
+        model=loaded.identity(),
         device=str(next(network.parameters()).device),
     )
 

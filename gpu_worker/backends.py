@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -43,6 +43,11 @@ class LoadedModel:
     tokenizer_sha256: str
     kind: str  # "denoiser" | "ar_fim" | "external"
     placeholder: bool  # True when the weights are untrained (say so in the UI)
+
+    def identity(self) -> dict[str, Any]:
+        """What names this model in an outcome and an audit record."""
+        return {"name": self.name, "kind": self.kind, "weights_sha256": self.weights_sha256,
+                "tokenizer_sha256": self.tokenizer_sha256, "placeholder": self.placeholder}
 
 
 def file_sha256(path: Path) -> str:

@@ -269,13 +269,7 @@ def _outcome(
         route="diffusion",
         cancelled=result.cancelled,
         violations=[],
-        model={
-            "name": loaded.name,
-            "kind": loaded.kind,
-            "weights_sha256": loaded.weights_sha256,
-            "tokenizer_sha256": loaded.tokenizer_sha256,
-            "placeholder": loaded.placeholder,
-        },
+        model=loaded.identity(),
     )
 
 
