@@ -26,12 +26,24 @@ from drafting.models import (
     InfillJob,
     TemplateVersion,
 )
-from drafting.templating import TemplateError, constraint_check, field_errors, parse_template
+from drafting.templating import (
+    MAX_HOLE_TOKENS,
+    TemplateError,
+    constraint_check,
+    field_errors,
+    parse_template,
+)
 
 DRAFT_TITLE_MAX = 200
 MAX_SEED = 2**63 - 1  # a seed is stored in a signed 64-bit column
 CHARS_PER_TOKEN_ESTIMATE = 3  # sizing a hole for text a person unlocked: ~3 chars per token
 MIN_UNLOCKED_HOLE_TOKENS = 4
+
+
+def rewrite_budget(text: str) -> int:
+    """Hole size for rewriting ``text``: room for a rewrite about twice its estimated tokens."""
+    estimate = 2 * len(text) // CHARS_PER_TOKEN_ESTIMATE + 2
+    return min(MAX_HOLE_TOKENS, max(MIN_UNLOCKED_HOLE_TOKENS, estimate))
 
 
 class UserError(ValueError):
@@ -275,12 +287,11 @@ def fragment_split_for_regeneration(*, fragment: Fragment, start: int, end: int)
         )  # fmt: skip
         target.position, target.text = first_position + offset, piece_text
         if role == "regenerate":
-            tokens = 2 * len(piece_text) // CHARS_PER_TOKEN_ESTIMATE + 2
             target.kind, target.locked = Fragment.Kind.FILL, False
             # A constraint describes the whole fragment, so it holds only for a whole selection.
             kept = fragment.spec if len(pieces) == 1 else {}
             target.spec = {**kept, "hint": piece_text,
-                           "max_tokens": min(256, max(MIN_UNLOCKED_HOLE_TOKENS, tokens))}
+                           "max_tokens": rewrite_budget(piece_text)}
             middle = target
         target.save()
     _bump(draft)
@@ -342,8 +353,7 @@ def _hole_for(fragment: Fragment) -> dict[str, Any]:
     if fragment.kind == Fragment.Kind.FILL and spec.get("max_tokens"):
         max_tokens = int(spec["max_tokens"])
     else:  # a person unlocked fixed text: give the model room for a rewrite of similar size
-        estimate = 2 * len(fragment.text) // CHARS_PER_TOKEN_ESTIMATE + 2
-        max_tokens = min(256, max(MIN_UNLOCKED_HOLE_TOKENS, estimate))
+        max_tokens = rewrite_budget(fragment.text)
     hole: dict[str, Any] = {"hole": f"{fragment.name or 'span'}_{fragment.id}",
                             "max_tokens": max_tokens}
     if spec.get("constraint"):
@@ -415,9 +425,9 @@ def canvas_request_check(request: Any) -> dict[str, Any]:
             raise UserError(f"segment {i}: hole names must be unique non-empty strings")
         names.add(name)
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not (
-            1 <= max_tokens <= 256
+            1 <= max_tokens <= MAX_HOLE_TOKENS
         ):
-            raise UserError(f"segment {i}: max_tokens must be an integer from 1 to 256")
+            raise UserError(f"segment {i}: max_tokens must be an integer from 1 to {MAX_HOLE_TOKENS}")
         total_tokens += max_tokens
         constraint = segment.get("constraint") or {}
         if not isinstance(constraint, dict):

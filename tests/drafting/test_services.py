@@ -10,7 +10,14 @@ from drafting import services
 from drafting.auth import AuthError, api_token_create, user_from_authorization
 from drafting.models import ApiToken, Draft, DraftRevision, Fragment, InfillJob, TemplateVersion
 from drafting.templating import TemplateError
-from tests.drafting.helpers import REFERRAL_SOURCE, VALUES, fill, job_succeed, provisional_draft
+from tests.drafting.helpers import (
+    REFERRAL_SOURCE,
+    VALUES,
+    fill,
+    job_succeed,
+    provisional_draft,
+    reviewed_draft,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -144,10 +151,7 @@ def test_accept_is_refused_while_spans_are_provisional(draft: Draft, user: Any) 
 
 
 def test_accept_is_compare_and_set_on_the_revision(draft: Draft, user: Any) -> None:
-    provisional_draft(draft, user)
-    for f in draft.fragments.filter(status=Fragment.Status.PROVISIONAL):
-        services.fragment_review(fragment=f, action="accept", user=user)
-    draft.refresh_from_db()
+    reviewed_draft(draft, user)
     seen = draft.revision
     revision = services.draft_accept(draft=draft, expected_revision=seen, user=user)
     assert revision.accepted and revision.text.startswith("Dear Dr. Imani Okafor")
@@ -166,10 +170,7 @@ def test_only_a_reviewer_may_accept_a_draft(writer: Any, version: Any) -> None:
 
 
 def test_accepting_text_that_is_already_accepted_is_refused(draft: Draft, user: Any) -> None:
-    provisional_draft(draft, user)
-    for f in draft.fragments.filter(status=Fragment.Status.PROVISIONAL):
-        services.fragment_review(fragment=f, action="accept", user=user)
-    draft.refresh_from_db()
+    reviewed_draft(draft, user)
     services.draft_accept(draft=draft, expected_revision=draft.revision, user=user)
     draft.refresh_from_db()
     with pytest.raises(services.ConflictError, match="already accepted"):
