@@ -154,30 +154,33 @@ def test_cancel_stops_a_running_job_and_commits_nothing(
     assert job.attempts[-1]["steps"] < 400
 
 
-def _fault_worker(start_worker: Any, queue_prefix: str, faults: str) -> Any:
-    from django.conf import settings
-
-    return start_worker(broker_url=settings.CELERY_BROKER_URL, queue_prefix=queue_prefix,
-                        name=f"faults-{faults.replace(':', '-').replace(',', '-')}",
-                        extra_env={"STENCIL_FAULT_INJECTION": faults})  # fmt: skip
-
-
 SHORT_REQUEST = {"segments": [{"text": "Dear "}, {"hole": "name", "max_tokens": 6},
                               {"text": ",\nThank you."}], "seed": 5}  # fmt: skip
+
+
+def one_job_on_own_worker(start_worker: Any, user: Any, prefix: str, env: dict[str, str],
+                          until: Any = None) -> InfillJob:  # fmt: skip
+    """Start a worker with ``env`` on its own queues, run SHORT_REQUEST there, stop it."""
+    from django.conf import settings
+
+    from stencil.celery import app
+    from tests.workers import producer_broker
+
+    worker = start_worker(broker_url=settings.CELERY_BROKER_URL, queue_prefix=prefix,
+                          name=prefix.rstrip("-").rsplit("-", 1)[-1], extra_env=env)  # fmt: skip
+    with producer_broker(app, worker.broker_url, prefix):
+        job = services.infill_job_create(owner=user, request=dict(SHORT_REQUEST), preset="fast")
+        wait_for(lambda: job_state(job) in InfillJob.FINAL_STATES and (until is None or until(job)),
+                 timeout=120, what="the job")  # fmt: skip
+    worker.stop()
+    return job
 
 
 def test_failed_validation_retries_then_falls_back_then_fails_with_named_reasons(
     start_worker: Any, user: Any, worker_settings: Any, queue_prefix: str
 ) -> None:
-    from stencil.celery import app
-    from tests.workers import producer_broker
-
-    prefix = f"{queue_prefix}faults-all-"
-    worker = _fault_worker(start_worker, prefix, "violate:diffusion,violate:ar")
-    with producer_broker(app, worker.broker_url, prefix):
-        job = services.infill_job_create(owner=user, request=dict(SHORT_REQUEST), preset="fast")
-        wait_for(lambda: job_state(job) in InfillJob.FINAL_STATES, timeout=120, what="the job")
-    worker.stop()
+    job = one_job_on_own_worker(start_worker, user, f"{queue_prefix}faultsall-",
+                                {"STENCIL_FAULT_INJECTION": "violate:diffusion,violate:ar"})
     assert job.state == InfillJob.State.FAILED, job.reasons
     routes = [a["route"] for a in job.attempts]
     assert routes == ["diffusion"] * worker_settings.STENCIL_MAX_ATTEMPTS + ["ar"]
@@ -196,15 +199,8 @@ def test_failed_validation_retries_then_falls_back_then_fails_with_named_reasons
 def test_the_ar_fallback_recovers_a_job_the_denoiser_keeps_failing(
     start_worker: Any, user: Any, worker_settings: Any, queue_prefix: str
 ) -> None:
-    from stencil.celery import app
-    from tests.workers import producer_broker
-
-    prefix = f"{queue_prefix}faults-diff-"
-    worker = _fault_worker(start_worker, prefix, "violate:diffusion")
-    with producer_broker(app, worker.broker_url, prefix):
-        job = services.infill_job_create(owner=user, request=dict(SHORT_REQUEST), preset="fast")
-        wait_for(lambda: job_state(job) in InfillJob.FINAL_STATES, timeout=120, what="the job")
-    worker.stop()
+    job = one_job_on_own_worker(start_worker, user, f"{queue_prefix}faultsdiff-",
+                                {"STENCIL_FAULT_INJECTION": "violate:diffusion"})
     assert job.state == InfillJob.State.SUCCEEDED, job.reasons
     assert job.result is not None and job.result["route"] == "ar"
     assert job.result["document"].startswith("Dear ")
@@ -214,19 +210,9 @@ def test_the_ar_fallback_recovers_a_job_the_denoiser_keeps_failing(
 def test_shadow_share_runs_the_other_route_for_comparison_only(
     start_worker: Any, user: Any, worker_settings: Any, queue_prefix: str
 ) -> None:
-    from django.conf import settings
-
-    from stencil.celery import app
-    from tests.workers import producer_broker
-
-    prefix = f"{queue_prefix}shadow-"
-    worker = start_worker(broker_url=settings.CELERY_BROKER_URL, queue_prefix=prefix,
-                          name="shadow", extra_env={"STENCIL_SHADOW_SHARE": "1.0"})  # fmt: skip
-    with producer_broker(app, worker.broker_url, prefix):
-        job = services.infill_job_create(owner=user, request=dict(SHORT_REQUEST), preset="fast")
-        wait_for(lambda: job_state(job) in InfillJob.FINAL_STATES and
-                 "shadow_result" in job.route_reason, timeout=120, what="the shadow")  # fmt: skip
-    worker.stop()
+    job = one_job_on_own_worker(start_worker, user, f"{queue_prefix}shadow-",
+                                {"STENCIL_SHADOW_SHARE": "1.0"},
+                                until=lambda j: "shadow_result" in j.route_reason)  # fmt: skip
     assert job.state == InfillJob.State.SUCCEEDED and job.route == "diffusion"
     shadow = job.route_reason["shadow_result"]
     assert shadow["route"] == "ar" and isinstance(shadow["same_holes"], bool)
