@@ -71,8 +71,11 @@ class SamplerConfig:
     # Only tokens whose probability under the current step's logits is below this re-mask.
     remask_below: float = 0.3
     # Stopping rule inside a hole: when EOS or pad is committed, the rest of the hole is
-    # filled with pad at once (no more steps spent on it). The tail after the first EOS / pad
-    # is always stripped from the hole's text, whatever this says.
+    # filled with pad at once (no more steps spent on it). Where a free hole ends is decided
+    # after what it says: an EOS / pad waits while an earlier position of its hole is still
+    # masked, and a free hole's first position never takes one (it is never left empty).
+    # The tail after the first EOS / pad is always stripped from the hole's text, whatever
+    # this says.
     stop_on_eos: bool = True
     # Arithmetic of the forward pass: fp32, or bf16 under torch.autocast.
     precision: Precision = "fp32"

@@ -242,11 +242,14 @@ def denoiser_nelbo(loaded: LoadedModel, case: Case, generator: torch.Generator) 
     row += ids[cursor:]
     truth = torch.tensor(row[: cfg.max_len])
     pos = torch.tensor([p for p in region if p < cfg.max_len])
-    k = ELBO_SAMPLES
+    k, n = ELBO_SAMPLES, len(pos)
     t = (torch.arange(k) + torch.rand(k, generator=generator)) / k  # [K] stratified in (0, 1)
-    t = t.clamp_min(1e-3)
-    draws = torch.rand(k, len(pos), generator=generator) < t[:, None]  # [K, n]
-    draws[torch.arange(k), torch.randint(len(pos), (k,), generator=generator)] = True
+    # Mask exactly round(t * n) >= 1 positions and weight by 1 / t_eff = n / count, as training
+    # does: a coin per position can mask one token at t = 0.001 and weigh it 1000 times.
+    count = (t * n).round().clamp(1, n)  # [K]
+    ranks = torch.rand(k, n, generator=generator).argsort(-1).argsort(-1)  # [K, n] a permutation
+    draws = ranks < count[:, None]  # [K, n]
+    t = count / n
     inputs = truth.repeat(k, 1)  # [K, L]
     masked = torch.zeros_like(inputs, dtype=torch.bool)
     masked[:, pos] = draws
@@ -458,6 +461,73 @@ def write_report(results: dict[str, Any], out: Path) -> None:
     (out / "REPORT.md").write_text("\n".join(text))
 
 
+# -- whole documents ----------------------------------------------------------------------------
+SAMPLE_HOLE_KINDS = ("sentence", "choice", "json_value")  # cut wherever they occur
+
+
+def sample_case(doc: Document, encode: Callable[[str], list[int]]) -> Case:
+    """A drafting request made of a whole test document: every sentence, choice and JSON
+    value becomes a hole, and so does every later mention of a repeated entity; the fields a
+    person types (first mentions, numbers, dates) stay locked."""
+    first_seen: set[str] = set()
+    wanted: list[Span] = []
+    for span in sorted(doc.spans, key=lambda s: s.start):
+        text = doc.span_text(span)
+        if span.kind == "entity":
+            if text in first_seen:
+                wanted.append(span)
+            first_seen.add(text)
+        elif span.kind in SAMPLE_HOLE_KINDS:
+            wanted.append(span)
+    chosen: list[Span] = []
+    for span in wanted:
+        if span.end > span.start and all(span.start >= c.end or span.end <= c.start for c in chosen):
+            chosen.append(span)
+    kind_of = {"entity": "entity_left", "sentence": "sentence"}
+    holes = tuple(
+        _hole(f"h{i}", kind_of.get(span.kind, span.kind), doc, span, encode)
+        for i, span in enumerate(chosen)
+    )
+    return Case("document", doc, holes)
+
+
+def write_samples(denoiser_dir: Path, out: Path, *, seed: int = 0) -> str:
+    """``SAMPLES.md``: one test document of each kind written by the denoiser (default
+    sampler), each hole's text marked, beside the original. Returns the Markdown."""
+    from gpu_worker.corpus import KINDS
+    from gpu_worker.infill import infill_request
+
+    denoiser = load_backend(denoiser_dir)
+    lines = ["# One document of each kind, written by the denoiser", "",
+             f"Model `{denoiser.name}`, default sampler, seed {seed}. Test split (held-out seeds",
+             "and phrase variants). Holes: every sentence, choice and JSON value and every later",
+             "mention of a repeated entity; text written by the model is between ⟦ and ⟧.",
+             "Command: `python -m gpu_worker.evaluate --samples`.", ""]  # fmt: skip
+    index = 0
+    for kind in KINDS:
+        while (doc := document_at("test", index)).kind != kind:
+            index += 1
+        case = sample_case(doc, denoiser.tokenizer.encode)
+        outcome = infill_request(denoiser, case.request(seed))
+        marked, cursor = [], 0
+        for hole in sorted(case.holes, key=lambda h: h.span.start):
+            marked += [doc.text[cursor : hole.span.start], f"⟦{outcome.holes.get(hole.name, '')}⟧"]
+            cursor = hole.span.end
+        marked.append(doc.text[cursor:])
+        exact = sum(outcome.holes.get(h.name, "").strip() == h.target.strip() for h in case.holes)
+        lines += [f"## {kind} (test seed {doc.seed})", "",
+                  f"{len(case.holes)} holes, {exact} written exactly as the original, "
+                  f"{outcome.forward_passes} forward passes, "
+                  f"{outcome.timings.get('total', 0.0):.2f} s, violations: {len(outcome.violations)}.",
+                  "", "```text", "".join(marked), "```", "",
+                  "<details><summary>original</summary>", "", "```text", doc.text, "```",
+                  "", "</details>", ""]  # fmt: skip
+    text = "\n".join(lines)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "SAMPLES.md").write_text(text)
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Evaluate the denoiser and AR-FIM side by side.")
     parser.add_argument("--denoiser", type=Path, default=Path("models/stencil-denoiser"))
@@ -469,8 +539,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--update-model-cards", action="store_true",
                         help="write the metrics into each model's MODEL_CARD.md")  # fmt: skip
+    parser.add_argument("--samples", action="store_true",
+                        help="only write SAMPLES.md: one whole document of each kind")  # fmt: skip
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.samples:
+        print(write_samples(args.denoiser, args.out))
+        return
     kinds = tuple(k for k in args.kinds.split(",") if k)
     results = evaluate(args.denoiser, args.ar, per_kind=args.per_kind, kinds=kinds,
                        sampler=json.loads(args.sampler))  # fmt: skip

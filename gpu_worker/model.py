@@ -41,6 +41,11 @@ class ModelConfig:
     max_len: int = 512  # longest sequence the RoPE tables and training cover
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
+    # The copy head (a pointer over the sequence, as pointer-generator networks): the output
+    # mixes the vocabulary softmax with a distribution over the tokens already in the
+    # sequence, so copying a name from elsewhere in the document works for every token, rare
+    # ones included, instead of being learned one token at a time. 0 = no copy head.
+    copy_dim: int = 0
     extra: dict[str, Any] = field(default_factory=dict)  # free-form provenance (corpus, seed)
 
     @property
@@ -92,11 +97,14 @@ class KVCache:
 
     The denoiser's dual cache holds every position of the canvas, computed once per block; a
     window forward then recomputes only the active block and reads the rest from here. The AR
-    model appends to it one token at a time.
+    model appends to it one token at a time. With a copy head it also holds the copy keys
+    [B, Lc, Dc] and the token ids [B, Lc] they point at.
     """
 
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
+    copy_keys: torch.Tensor | None = None
+    ids: torch.Tensor | None = None
 
     @property
     def length(self) -> int:
@@ -130,13 +138,14 @@ class Attention(nn.Module):
         return self.out(y.transpose(1, 2).reshape(b, w, c)), k, v
 
 
-def _splice(cached: torch.Tensor, fresh: torch.Tensor, start: int) -> torch.Tensor:
-    """Cached [B,H,Lc,D] with positions start..start+W replaced (or appended) by fresh."""
-    end = start + fresh.shape[2]
-    parts = [cached[:, :, :start], fresh]
-    if end < cached.shape[2]:
-        parts.append(cached[:, :, end:])
-    return torch.cat(parts, dim=2)
+def _splice(cached: torch.Tensor, fresh: torch.Tensor, start: int, dim: int = 2) -> torch.Tensor:
+    """Cached [B,H,Lc,D] with positions start..start+W replaced (or appended) by fresh
+    (positions along ``dim``)."""
+    end = start + fresh.shape[dim]
+    parts = [cached.narrow(dim, 0, start), fresh]
+    if end < cached.shape[dim]:
+        parts.append(cached.narrow(dim, end, cached.shape[dim] - end))
+    return torch.cat(parts, dim=dim)
 
 
 class SwiGLU(nn.Module):
@@ -184,6 +193,8 @@ class StencilTransformer(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.copy_dim:
+            self.copy = CopyHead(cfg)
         cos, sin = rope_tables(cfg.max_len, cfg.d_model // cfg.n_heads, cfg.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -237,6 +248,37 @@ class StencilTransformer(nn.Module):
         own are recomputed); without it the window is the whole sequence. With
         ``write_cache`` the returned cache holds the spliced keys and values of every layer.
         """
+        h, attn_mask, keys, values = self._hidden(ids, start, cache, attention_mask, write_cache)
+        logits = self.head(h)
+        copy_keys = ids_all = None
+        if self.config.copy_dim:
+            logits, copy_keys, ids_all = self.copy(h, logits, ids, start, cache, attn_mask)
+        return logits, (KVCache(keys, values, copy_keys, ids_all) if write_cache else None)
+
+    def target_log_probs(
+        self, ids: torch.Tensor, targets: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """log p(targets) [B, L] under a full forward of ids [B, L]: what the training loss
+        reads, without building the copy head's [B, L, V] mixture."""
+        h, attn_mask, _, _ = self._hidden(ids, 0, None, attention_mask, False)
+        logits = self.head(h).float()
+        vocab = -F.cross_entropy(
+            logits.flatten(0, 1), targets.flatten(), reduction="none"
+        ).view_as(targets)
+        if not self.config.copy_dim:
+            return vocab
+        return self.copy.target_log_probs(h, vocab, ids, targets, attn_mask)
+
+    def _hidden(
+        self,
+        ids: torch.Tensor,
+        start: int,
+        cache: KVCache | None,
+        attention_mask: torch.Tensor | None,
+        write_cache: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, list[torch.Tensor], list[torch.Tensor]]:
+        """Final normed hidden states [B, W, C] of the window, its attention mask and, with
+        ``write_cache``, every layer's spliced keys and values."""
         b, w = ids.shape
         total = max(start + w, cache.length if cache is not None else 0)
         if total > self.config.max_len:
@@ -257,8 +299,7 @@ class StencilTransformer(nn.Module):
             if write_cache:
                 keys.append(k)
                 values.append(v)
-        logits = self.head(self.norm(x))
-        return logits, (KVCache(keys, values) if write_cache else None)
+        return self.norm(x), attn_mask, keys, values
 
     def _attention_mask(
         self,
@@ -287,6 +328,84 @@ class StencilTransformer(nn.Module):
             eye[torch.arange(w), torch.arange(start, start + w)] = True
             allowed = allowed | eye[None, None]
         return allowed
+
+
+class CopyHead(nn.Module):
+    """Mixes the vocabulary distribution with a pointer over the sequence's tokens.
+
+    p(w) = g * softmax(head(h))[w] + (1 - g) * sum of attention on the positions holding w,
+    with g = sigmoid(gate(h)). Positions holding mask or pad (nothing to copy) and keys the
+    attention mask hides are never pointed at. The result is returned as log-probabilities,
+    which every consumer of logits (softmax, temperature, constraint masks) reads unchanged.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.query = nn.Linear(cfg.d_model, cfg.copy_dim, bias=False)
+        self.key = nn.Linear(cfg.d_model, cfg.copy_dim, bias=False)
+        self.gate = nn.Linear(cfg.d_model, 1)
+        nn.init.zeros_(self.gate.bias)  # start at an even mix
+        self.skip_ids = (cfg.mask_id, cfg.pad_id)
+        self.scale = cfg.copy_dim**-0.5
+
+    def forward(
+        self,
+        h: torch.Tensor,  # [B, W, C] final normed hidden states of the window
+        logits: torch.Tensor,  # [B, W, V]
+        ids: torch.Tensor,  # [B, W] the window's tokens
+        start: int,
+        cache: KVCache | None,
+        attn_mask: torch.Tensor | None,  # [B, 1, W, Lk] bool or None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probabilities [B, W, V], and the copy keys and ids of every position."""
+        with torch.autocast(h.device.type, enabled=False):  # the mixture is computed in fp32
+            h = h.float()
+            attention, keys, ids = self._attention(h, ids, start, cache, attn_mask)
+            pointer = torch.zeros_like(logits, dtype=torch.float32).scatter_add_(
+                -1, ids[:, None, :].expand_as(attention), attention
+            )  # [B, W, V]
+            gate = torch.sigmoid(self.gate(h))  # [B, W, 1]
+            mixed = gate * torch.softmax(logits.float(), dim=-1) + (1 - gate) * pointer
+            return torch.log(mixed.clamp_min(1e-30)), keys, ids
+
+    def target_log_probs(
+        self,
+        h: torch.Tensor,  # [B, L, C]
+        vocab: torch.Tensor,  # [B, L] log p_vocab(target)
+        ids: torch.Tensor,  # [B, L]
+        targets: torch.Tensor,  # [B, L]
+        attn_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """log p(target) [B, L] of the mixture, gathered instead of scattered over V."""
+        with torch.autocast(h.device.type, enabled=False):
+            h = h.float()
+            attention, _, ids = self._attention(h, ids, 0, None, attn_mask)
+            copied = (attention * (ids[:, None, :] == targets[:, :, None])).sum(-1)  # [B, L]
+            log_gate = F.logsigmoid(self.gate(h))[..., 0]
+            log_rest = F.logsigmoid(-self.gate(h))[..., 0]
+            return torch.logaddexp(log_gate + vocab, log_rest + torch.log(copied.clamp_min(1e-30)))
+
+    def _attention(
+        self,
+        h: torch.Tensor,
+        ids: torch.Tensor,
+        start: int,
+        cache: KVCache | None,
+        attn_mask: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Pointer attention [B, W, Lk] (rows with nothing to point at are zero), and the
+        copy keys [B, Lk, Dc] and ids [B, Lk] it points over."""
+        keys = self.key(h)
+        if cache is not None and cache.copy_keys is not None and cache.ids is not None:
+            keys = _splice(cache.copy_keys, keys, start, dim=1)
+            ids = _splice(cache.ids, ids, start, dim=1)
+        scores = torch.einsum("bwc,blc->bwl", self.query(h), keys) * self.scale
+        allowed = (ids != self.skip_ids[0]) & (ids != self.skip_ids[1])  # [B, Lk]
+        allowed = allowed[:, None, :].expand_as(scores)
+        if attn_mask is not None:
+            allowed = allowed & attn_mask[:, 0].expand_as(scores)
+        attention = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+        return attention.nan_to_num(0.0), keys, ids
 
 
 def save_model(model: StencilTransformer, directory: Path, *, dtype: torch.dtype) -> Path:

@@ -419,8 +419,12 @@ def _first_masked(row: _Row, hole_index: int) -> int:
     return hole.start + int(span.nonzero()[0]) if bool(span.any()) else -1
 
 
-def _allowed(row: _Row, positions: torch.Tensor) -> torch.Tensor:
-    """[n, V] bool: tokens each position may take."""
+def _allowed(row: _Row, positions: torch.Tensor, config: SamplerConfig) -> torch.Tensor:
+    """[n, V] bool: tokens each position may take.
+
+    With ``stop_on_eos`` a free hole's first position never takes EOS / pad: a hole asked
+    for is never left empty.
+    """
     canvas = row.canvas
     allowed = row.free_vocab.expand(positions.numel(), -1).clone()  # [n, V]
     for i, position in enumerate(positions.tolist()):
@@ -430,9 +434,30 @@ def _allowed(row: _Row, positions: torch.Tensor) -> torch.Tensor:
             remaining = hole.end - position
             state = row.pattern_state[hole_index]
             allowed[i] = hole.constraint.allowed(state, remaining).to(allowed.device)
-        elif position in canvas.allowed:
+            continue
+        if position in canvas.allowed:
             allowed[i] = canvas.allowed[position].to(allowed.device)
+        if config.stop_on_eos and position == hole.start and hole.constraint is None:
+            content = allowed[i].clone()
+            content[list(canvas.terminators())] = False
+            if bool(content.any()):
+                allowed[i] = content
     return allowed
+
+
+def _defer_early_ends(row: _Row, decision: _Decision) -> None:
+    """With ``stop_on_eos``: an EOS / pad proposed in a free hole waits while an earlier
+    position of that hole is still masked (its score becomes -inf), so where a hole ends is
+    decided after what it says; the hole's earliest masked position is never deferred."""
+    ends = row.canvas.terminators()
+    for i, (position, token) in enumerate(
+        zip(decision.positions.tolist(), decision.tokens.tolist(), strict=True)
+    ):
+        if token not in ends:
+            continue
+        hole = row.canvas.holes[int(row.hole_of[position])]
+        if hole.constraint is None and 0 <= _first_masked(row, int(row.hole_of[position])) < position:
+            decision.score[i] = -math.inf
 
 
 def _propose(
@@ -442,7 +467,7 @@ def _propose(
     if positions.numel() == 0:
         return None
     scores = logits[positions - start]  # [n, V]
-    allowed = _allowed(row, positions)
+    allowed = _allowed(row, positions, config)
     if scores.shape[-1] > allowed.shape[-1]:  # a model vocabulary wider than the canvas's
         pad = allowed.new_zeros((allowed.shape[0], scores.shape[-1] - allowed.shape[-1]))
         allowed = torch.cat([allowed, pad], dim=-1)
@@ -459,7 +484,10 @@ def _propose(
         score = -torch.special.entr(probs).sum(-1)  # minus the entropy in nats
     else:
         score = prob
-    return _Decision(positions, tokens, prob, score)
+    decision = _Decision(positions, tokens, prob, score.clone())
+    if config.stop_on_eos:
+        _defer_early_ends(row, decision)
+    return decision
 
 
 def _pick_tokens(
@@ -493,7 +521,7 @@ def _select(decision: _Decision, quota: int, config: SamplerConfig) -> torch.Ten
     """[k] indices into the decision of the positions to commit (never empty)."""
     score = decision.score
     if config.commit_rule == "even":
-        k = min(quota, score.numel())
+        k = max(1, min(quota, int(torch.isfinite(score).sum())))
         return torch.topk(score, k).indices
     if config.commit_rule == "entropy":
         passing = -score <= config.entropy_threshold

@@ -34,12 +34,11 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from gpu_worker.backends import file_sha256
 from gpu_worker.corpus import Document, Span, document_at, document_pieces, tokenize_with_holes
@@ -78,6 +77,8 @@ class TrainConfig:
     n_layers: int = 8
     n_heads: int = 5
     ffn_hidden: int = 432
+    copy_dim: int = 64  # the copy head's width (0 = none); see gpu_worker.model.CopyHead
+    data_offset: int = 0  # steps of documents to skip: a continuation reads documents anew
     eval_every: int = 250
     checkpoint_every: int = 100
 
@@ -235,7 +236,8 @@ def make_batch(
     """The batch of ``step``: a pure function of (seed, step, config)."""
     examples = []
     for row in range(cfg.batch_size):
-        doc = document_at(split, step * cfg.batch_size + row)  # type: ignore[arg-type]
+        index = (step + (cfg.data_offset if split == "train" else 0)) * cfg.batch_size + row
+        doc = document_at(split, index)  # type: ignore[arg-type]
         rng = random.Random(f"{cfg.seed}:{split}:{step}:{row}")
         if cfg.kind == "denoiser":
             stratum = (row, cfg.batch_size)
@@ -251,11 +253,8 @@ def batch_loss(model: StencilTransformer, batch: Batch, *, bf16: bool) -> torch.
     # bidirectional one masks the padded keys.
     mask = None if model.config.causal else batch.attention
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        logits = model(batch.inputs, mask)  # [B, L, V]
-    ce = F.cross_entropy(
-        logits.float().flatten(0, 1), batch.targets.flatten(), reduction="none"
-    ).view_as(batch.weights)  # [B, L]
-    return (ce * batch.weights).sum() / batch.inputs.shape[0]
+        log_probs = model.target_log_probs(batch.inputs, batch.targets, mask)  # [B, L]
+    return -(log_probs.float() * batch.weights).sum() / batch.inputs.shape[0]
 
 
 # -- the copy probe ---------------------------------------------------------------------------
@@ -336,7 +335,7 @@ def model_config(cfg: TrainConfig, tok: StencilTokenizer) -> ModelConfig:
         kind=cfg.kind, vocab_size=tok.vocab_size, pad_id=s.pad, eos_id=s.eos, mask_id=s.mask,
         fim_prefix_id=s.fim_prefix, fim_suffix_id=s.fim_suffix, fim_middle_id=s.fim_middle,
         d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-        ffn_hidden=cfg.ffn_hidden, max_len=cfg.max_len + 1,
+        ffn_hidden=cfg.ffn_hidden, max_len=cfg.max_len + 1, copy_dim=cfg.copy_dim,
         extra={"corpus": "gpu_worker.corpus train split", "seed": cfg.seed},
     )  # fmt: skip
 
@@ -361,9 +360,13 @@ def train(
     progress: bool = True,
     probe_docs: int = 48,
     max_new_steps: int | None = None,
+    init_from: Path | None = None,
 ) -> tuple[StencilTransformer, TrainState]:
     """Train (or resume from ``checkpoint``) until the step budget is spent, or for at most
-    ``max_new_steps`` steps in this call (the checkpoint then resumes the same run)."""
+    ``max_new_steps`` steps in this call (the checkpoint then resumes the same run).
+
+    ``init_from``: a model directory whose weights start a fresh run (a continuation of an
+    earlier model with new modules, such as the copy head, initialised from the seed)."""
     from tqdm import tqdm
 
     if steps is None and minutes is None:
@@ -371,6 +374,8 @@ def train(
     mc = model_config(cfg, tok)
     torch.manual_seed(cfg.seed)  # weight init only; data and corruption use their own seeds
     model = StencilTransformer(mc)
+    if init_from is not None and not checkpoint.is_file():
+        load_initial_weights(model, init_from)
     opt = torch.optim.AdamW(
         model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay
     )
@@ -422,6 +427,22 @@ def train(
     bar.close()
     state.log[-1]["flops"] = float(state.tokens * flops_per_token)
     return model.eval(), state
+
+
+def load_initial_weights(model: StencilTransformer, directory: Path) -> list[str]:
+    """Copy a saved model's weights into ``model``; returns the names it did not have (new
+    modules keep their seeded initialisation). Any other mismatch is an error."""
+    from safetensors.torch import load_file
+
+    state = {k: v.float() for k, v in load_file(str(directory / "model.safetensors")).items()}
+    result = model.load_state_dict(state, strict=False)
+    new = [k for k in result.missing_keys if not k.startswith("copy.")]
+    if result.unexpected_keys or new:
+        raise ValueError(
+            f"{directory} does not fit this architecture: unexpected {result.unexpected_keys}, "
+            f"missing {new}"
+        )
+    return list(result.missing_keys)
 
 
 @torch.no_grad()
@@ -536,11 +557,11 @@ def render_model_card(
         f"| parameters | {summary['parameters']:,} |",
         f"| layers / d_model / heads / SwiGLU width | {cfg['n_layers']} / {cfg['d_model']} / {cfg['n_heads']} / {cfg['ffn_hidden']} |",
         f"| objective | {objective} |",
-        f"| steps x batch | {summary['steps']:,} x {cfg['batch_size']} |",
-        f"| training tokens | {summary['tokens']:,} |",
-        f"| training compute | {summary['flops']:.3g} FLOPs (6N + attention per token) |",
-        f"| wall time | {summary['train_seconds'] / 60:.1f} min on 1 CPU thread, bf16 autocast |",
-        f"| throughput | {summary['tokens_per_second']:,.0f} tokens/s |",
+        "| output | vocabulary softmax mixed with the copy head's pointer over the sequence's own "
+        "tokens (`gpu_worker.model.CopyHead`), returned as log-probabilities |"
+        if cfg.get("copy_dim")
+        else "| output | vocabulary softmax (logits) |",
+        *_compute_rows(summary),
         f"| final train / val loss | {summary['final_train_loss']} / {summary['final_val_loss']} |",
         "| weights | bf16 safetensors |",
         "",
@@ -567,8 +588,13 @@ def render_model_card(
         "## Limits",
         "- Trained only on eight synthetic document kinds in English; it knows their phrasing, not",
         "  the world. Clinical and legal text it writes is template-like and not reviewed by experts.",
-        "- Small (CPU-trained in under an hour): it can invent names, dates and amounts, and copying",
-        "  an entity from elsewhere in the document is imperfect (see the metrics).",
+        f"- Small ({summary['parameters'] / 1e6:.1f}M parameters, "
+        f"{sum(p['train_seconds'] for p in training_phases(summary)) / 3600:.1f} hours of CPU "
+        "training): it can invent names, dates and amounts; copying an entity from elsewhere in",
+        "  the document is imperfect, and it often runs past a name's end into the hole's spare",
+        "  room (see the metrics and `bench/eval/SAMPLES.md`).",
+        "- Free prose is weak: whole sentences drift, repeat words and borrow phrasing from other",
+        "  document kinds. Use it for fields and short spans; review every sentence it writes.",
         "- Arithmetic (an invoice total) is not computed, only guessed from context.",
         "- Output is provisional until a person accepts it.",
         "",
@@ -576,16 +602,54 @@ def render_model_card(
     return "\n".join(lines)
 
 
+def training_phases(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs behind a model, oldest first: a continuation (``--init-from``) records the
+    summary it started from, so the chain adds up to the compute of what ships."""
+    earlier = (summary.get("init_from") or {}).get("training")
+    return [*(training_phases(earlier) if earlier else []), summary]
+
+
+def _compute_rows(summary: dict[str, Any]) -> list[str]:
+    phases = training_phases(summary)
+    cfg = summary["config"]
+    rows = []
+    for n, phase in enumerate(phases, 1):
+        head = f"phase {n}: " if len(phases) > 1 else ""
+        copy = phase["config"].get("copy_dim", 0)
+        rows += [
+            f"| {head}steps x batch | {phase['steps']:,} x {phase['config']['batch_size']}"
+            f"{f' (copy head {copy})' if copy else ' (no copy head)'} |",
+            f"| {head}training tokens | {phase['tokens']:,} |",
+            f"| {head}wall time | {phase['train_seconds'] / 60:.1f} min on "
+            f"{phase.get('threads', 1)} CPU thread(s), {phase.get('precision', 'bf16 autocast')}, "
+            f"{phase['tokens_per_second']:,.0f} tokens/s |",
+        ]
+    flops = sum(p["flops"] for p in phases)
+    rows += [
+        f"| training tokens, all phases | {sum(p['tokens'] for p in phases):,} |",
+        f"| training compute, all phases | {flops:.3g} FLOPs (6N + attention per token) |",
+        f"| copy head | {cfg.get('copy_dim', 0) or 'none'} |",
+    ]
+    return rows
+
+
 def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
     """How to rebuild the weights: one command per training phase (a resumed run re-plans
     its cosine schedule for the new step count, so the phases must be repeated as they ran)."""
-    cfg = summary["config"]
-    phases = summary.get("phases") or [summary["steps"]]
-    command = (f"python -m gpu_worker.train --kind {summary['kind']} --out models/{out.name} "
-               f"--seed {cfg['seed']}")  # fmt: skip
-    runs = " then ".join(f"`{command} --steps {n}`" for n in phases)
-    note = " (each later phase resumes from the checkpoint under var/train/)" if len(phases) > 1 else ""
-    return f"Reproduce: `python -m gpu_worker.train --kind tokenizer`, then {runs}{note}."
+    runs = []
+    for n, phase in enumerate(training_phases(summary)):
+        cfg = phase["config"]
+        command = (f"python -m gpu_worker.train --kind {phase['kind']} --out models/{out.name} "
+                   f"--seed {cfg['seed']} --copy-dim {cfg.get('copy_dim', 0)}")  # fmt: skip
+        if phase.get("precision") == "fp32":
+            command += " --no-bf16"
+        if n:
+            command += f" --init-from models/{out.name}"
+        resumes = phase.get("phases") or [phase["steps"]]
+        runs += [f"`{command} --steps {steps}`" for steps in resumes]
+    note = (" (a later run of the same phase resumes from the checkpoint under var/train/; "
+            "an --init-from run starts a new one from the weights before it)") if len(runs) > 1 else ""  # fmt: skip
+    return f"Reproduce: `python -m gpu_worker.train --kind tokenizer`, then {' then '.join(runs)}{note}."
 
 
 def write_model_card(
@@ -602,6 +666,18 @@ def train_tokenizer(out: Path, *, docs: int = TOKENIZER_DOCS) -> StencilTokenize
     return tok
 
 
+def _previous_training(directory: Path) -> dict[str, Any]:
+    """What a continuation starts from: the earlier model's weights hash and its training
+    summary (its own ``init_from`` chain included), so the model card can add up the compute."""
+    record: dict[str, Any] = {"weights_sha256": file_sha256(directory / "model.safetensors")}
+    summary_path = directory / "training.json"
+    if summary_path.is_file():
+        earlier = json.loads(summary_path.read_text())
+        earlier.pop("log", None)
+        record["training"] = earlier
+    return record
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Train a Stencil tokenizer or model.")
     parser.add_argument("--kind", required=True, choices=["tokenizer", "denoiser", "ar_fim"])
@@ -616,9 +692,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--layers", type=int, default=TrainConfig.n_layers)
     parser.add_argument("--heads", type=int, default=TrainConfig.n_heads)
     parser.add_argument("--ffn", type=int, default=TrainConfig.ffn_hidden)
+    parser.add_argument("--copy-dim", type=int, default=TrainConfig.copy_dim)
     parser.add_argument("--eval-every", type=int, default=TrainConfig.eval_every)
     parser.add_argument("--no-bf16", action="store_true", help="train in float32")
     parser.add_argument("--checkpoint", type=Path, help="default var/train/<out name>/ckpt.pt")
+    parser.add_argument("--init-from", type=Path,
+                        help="start from this model directory's weights (new modules seeded)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.kind == "tokenizer":
@@ -633,13 +712,18 @@ def main(argv: list[str] | None = None) -> None:
     tok = StencilTokenizer.from_file(args.tokenizer)
     cfg = TrainConfig(
         kind=args.kind, seed=args.seed, batch_size=args.batch_size, d_model=args.d_model,
-        n_layers=args.layers, n_heads=args.heads, ffn_hidden=args.ffn,
+        n_layers=args.layers, n_heads=args.heads, ffn_hidden=args.ffn, copy_dim=args.copy_dim,
         eval_every=args.eval_every,
     )  # fmt: skip
     checkpoint = args.checkpoint or Path("var/train") / args.out.name / "ckpt.pt"
+    previous = _previous_training(args.init_from) if args.init_from else None
+    if previous is not None and "training" in previous:
+        seen = max(p["config"].get("data_offset", 0) + p["steps"]
+                   for p in training_phases(previous["training"]))  # fmt: skip
+        cfg = replace(cfg, data_offset=seen)
     model, state = train(
         cfg, tok, checkpoint=checkpoint, steps=args.steps, minutes=args.minutes,
-        bf16=not args.no_bf16,
+        bf16=not args.no_bf16, init_from=args.init_from,
     )  # fmt: skip
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -647,6 +731,10 @@ def main(argv: list[str] | None = None) -> None:
     shutil.copyfile(args.tokenizer, out / "tokenizer.json")
     plot_curve(state.log, out / "loss_curve.png", f"{out.name}: training")
     summary = training_summary(cfg, model, state)
+    summary["precision"] = "fp32" if args.no_bf16 else "bf16 autocast"
+    summary["threads"] = args.threads
+    if previous is not None:
+        summary["init_from"] = previous
     (out / "training.json").write_text(json.dumps({**summary, "log": state.log}, indent=1) + "\n")
     write_model_card(out, summary)
     write_sha256sums(out.parent)

@@ -36,9 +36,10 @@ def tokenizer() -> StencilTokenizer:
 
 
 def make_model(
-    tokenizer: StencilTokenizer, *, seed: int = 0, max_len: int = 160
+    tokenizer: StencilTokenizer, *, seed: int = 0, max_len: int = 160, copy_dim: int = 8
 ) -> StencilTransformer:
-    """A tiny bidirectional denoiser with peaky random logits (so rules commit differently)."""
+    """A tiny bidirectional denoiser with peaky random logits (so rules commit differently),
+    with a copy head as the shipped models have."""
     special = tokenizer.special
     cfg = ModelConfig(
         kind="denoiser",
@@ -54,6 +55,7 @@ def make_model(
         n_heads=2,
         ffn_hidden=64,
         max_len=max_len,
+        copy_dim=copy_dim,
     )
     generator = torch.Generator().manual_seed(seed)
     model = StencilTransformer(cfg)

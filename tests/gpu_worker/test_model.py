@@ -18,18 +18,23 @@ from gpu_worker.model import (
 from gpu_worker.tokenizer import StencilTokenizer
 
 
-def _config(tokenizer: StencilTokenizer, kind: str = "denoiser", max_len: int = 64) -> ModelConfig:
+def _config(
+    tokenizer: StencilTokenizer, kind: str = "denoiser", max_len: int = 64, copy_dim: int = 0
+) -> ModelConfig:
     s = tokenizer.special
     return ModelConfig(
         kind=kind, vocab_size=tokenizer.vocab_size, pad_id=s.pad, eos_id=s.eos, mask_id=s.mask,  # type: ignore[arg-type]
         fim_prefix_id=s.fim_prefix, fim_suffix_id=s.fim_suffix, fim_middle_id=s.fim_middle,
-        d_model=32, n_layers=2, n_heads=4, ffn_hidden=64, max_len=max_len,
+        d_model=32, n_layers=2, n_heads=4, ffn_hidden=64, max_len=max_len, copy_dim=copy_dim,
     )  # fmt: skip
 
 
-def _model(tokenizer: StencilTokenizer, kind: str = "denoiser") -> StencilTransformer:
+def _model(tokenizer: StencilTokenizer, kind: str = "denoiser", copy_dim: int = 0) -> StencilTransformer:
     torch.manual_seed(0)
-    return StencilTransformer(_config(tokenizer, kind)).eval()
+    return StencilTransformer(_config(tokenizer, kind, copy_dim=copy_dim)).eval()
+
+
+COPY_HEAD = pytest.mark.parametrize("copy_dim", [0, 16], ids=["no-copy-head", "copy-head"])
 
 
 def _ids(tokenizer: StencilTokenizer, text: str = "Dear Alice, thank you for seeing me.") -> torch.Tensor:
@@ -42,25 +47,28 @@ def test_logits_have_one_row_per_position_and_token(tokenizer: StencilTokenizer)
     assert _model(tokenizer)(ids).shape == (1, ids.shape[1], tokenizer.vocab_size)
 
 
+@COPY_HEAD
 @torch.no_grad()
-def test_denoiser_sees_the_right_context(tokenizer: StencilTokenizer) -> None:
-    model, ids = _model(tokenizer), _ids(tokenizer)
+def test_denoiser_sees_the_right_context(tokenizer: StencilTokenizer, copy_dim: int) -> None:
+    model, ids = _model(tokenizer, copy_dim=copy_dim), _ids(tokenizer)
     changed = ids.clone()
     changed[0, -1] = tokenizer.special.mask
     assert not torch.allclose(model(ids)[0, 0], model(changed)[0, 0])
 
 
+@COPY_HEAD
 @torch.no_grad()
-def test_ar_model_never_sees_the_future(tokenizer: StencilTokenizer) -> None:
-    model, ids = _model(tokenizer, "ar_fim"), _ids(tokenizer)
+def test_ar_model_never_sees_the_future(tokenizer: StencilTokenizer, copy_dim: int) -> None:
+    model, ids = _model(tokenizer, "ar_fim", copy_dim=copy_dim), _ids(tokenizer)
     changed = ids.clone()
     changed[0, -1] = tokenizer.special.mask
     torch.testing.assert_close(model(ids)[0, :-1], model(changed)[0, :-1])
 
 
+@COPY_HEAD
 @torch.no_grad()
-def test_ar_incremental_decoding_with_the_cache_equals_a_full_forward(tokenizer: StencilTokenizer) -> None:
-    model, ids = _model(tokenizer, "ar_fim"), _ids(tokenizer)
+def test_ar_incremental_decoding_with_the_cache_equals_a_full_forward(tokenizer: StencilTokenizer, copy_dim: int) -> None:
+    model, ids = _model(tokenizer, "ar_fim", copy_dim=copy_dim), _ids(tokenizer)
     full = model(ids)[0]  # [L, V]
     logits, cache = model.forward_window(ids[:, :4], write_cache=True)
     steps = [logits[0, -1]]
@@ -72,17 +80,19 @@ def test_ar_incremental_decoding_with_the_cache_equals_a_full_forward(tokenizer:
     torch.testing.assert_close(torch.stack(steps), full[3:], atol=1e-4, rtol=1e-4)
 
 
+@COPY_HEAD
 @torch.no_grad()
-def test_denoiser_window_over_a_fresh_cache_equals_the_full_forward(tokenizer: StencilTokenizer) -> None:
-    model, ids = _model(tokenizer), _ids(tokenizer)
+def test_denoiser_window_over_a_fresh_cache_equals_the_full_forward(tokenizer: StencilTokenizer, copy_dim: int) -> None:
+    model, ids = _model(tokenizer, copy_dim=copy_dim), _ids(tokenizer)
     full, cache = model.forward_window(ids, write_cache=True)
     window, _ = model.forward_window(ids[:, 3:7], start=3, cache=cache)
     torch.testing.assert_close(window[0], full[0, 3:7], atol=1e-4, rtol=1e-4)
 
 
+@COPY_HEAD
 @torch.no_grad()
-def test_padded_keys_do_not_change_real_positions(tokenizer: StencilTokenizer) -> None:
-    model, ids = _model(tokenizer), _ids(tokenizer)
+def test_padded_keys_do_not_change_real_positions(tokenizer: StencilTokenizer, copy_dim: int) -> None:
+    model, ids = _model(tokenizer, copy_dim=copy_dim), _ids(tokenizer)
     n = ids.shape[1]
     padded = torch.cat([ids, torch.full((1, 5), tokenizer.special.pad)], dim=1)
     mask = torch.tensor([[True] * n + [False] * 5])
@@ -95,9 +105,10 @@ def test_sequence_longer_than_max_len_is_refused(tokenizer: StencilTokenizer) ->
         model(torch.zeros((1, 65), dtype=torch.long))
 
 
+@COPY_HEAD
 @torch.no_grad()
-def test_save_then_load_gives_the_same_logits(tokenizer: StencilTokenizer, tmp_path: Path) -> None:
-    model, ids = _model(tokenizer), _ids(tokenizer)
+def test_save_then_load_gives_the_same_logits(tokenizer: StencilTokenizer, copy_dim: int, tmp_path: Path) -> None:
+    model, ids = _model(tokenizer, copy_dim=copy_dim), _ids(tokenizer)
     save_model(model, tmp_path, dtype=torch.float32)
     loaded = load_model(tmp_path)
     assert loaded.config == model.config
@@ -108,3 +119,31 @@ def test_flops_per_token_grow_with_depth(tokenizer: StencilTokenizer) -> None:
     cfg = _config(tokenizer)
     deeper = replace(cfg, n_layers=cfg.n_layers * 2)
     assert count_flops_per_token(deeper, 128) > count_flops_per_token(cfg, 128) > 0
+
+
+@COPY_HEAD
+@torch.no_grad()
+def test_target_log_probs_equal_the_logits_read_at_the_targets(
+    tokenizer: StencilTokenizer, copy_dim: int
+) -> None:
+    model, ids = _model(tokenizer, copy_dim=copy_dim), _ids(tokenizer)
+    ids[0, 2:5] = tokenizer.special.mask
+    targets = torch.roll(ids, 1, dims=1)
+    expected = torch.log_softmax(model(ids), dim=-1).gather(-1, targets[..., None])[..., 0]
+    torch.testing.assert_close(model.target_log_probs(ids, targets), expected, atol=1e-4, rtol=1e-4)
+
+
+@torch.no_grad()
+def test_the_copy_head_points_only_at_tokens_present_and_never_at_mask_or_pad(
+    tokenizer: StencilTokenizer,
+) -> None:
+    model, ids = _model(tokenizer, copy_dim=16), _ids(tokenizer)
+    s = tokenizer.special
+    ids[0, 1:3] = s.mask
+    ids[0, 4] = s.pad
+    model.copy.gate.bias.fill_(-50.0)  # all of the output from the pointer
+    probs = torch.softmax(model(ids)[0], dim=-1)  # [L, V]
+    present = set(ids[0].tolist()) - {s.mask, s.pad}
+    outside = [t for t in range(tokenizer.vocab_size) if t not in present]
+    assert float(probs[:, outside].sum(-1).max()) < 1e-6
+    assert torch.allclose(probs.sum(-1), torch.ones(ids.shape[1]), atol=1e-5)

@@ -292,11 +292,30 @@ def test_eos_in_a_hole_ends_it_and_the_tail_is_stripped(
     start = canvas.holes[0].start
     config = SamplerConfig(commit_rule="threshold", threshold=0.99)
     result = denoise(ForcedEos(model, start + 2), canvas, config, torch.Generator())
-    assert result.trace[0].committed == [start + 2]  # EOS is the surest token
-    assert result.trace[0].padded == [start + 3, start + 4, start + 5]
+    # EOS is the surest token, but it waits until the positions before it are written.
+    eos_step = next(i for i, info in enumerate(result.trace) if start + 2 in info.committed)
+    before = {p for info in result.trace[:eos_step] for p in info.committed}
+    assert {start, start + 1} <= before
+    tail = {start + 3, start + 4, start + 5}
+    assert set(result.trace[eos_step].padded) == tail - before  # the rest of the hole, at once
+    assert result.steps == eos_step + 1
     assert result.ids[start + 2 :].tolist()[:4] == [canvas.pad_id] * 4
     assert result.hole_texts["a"] == tokenizer.decode(result.ids[start : start + 2].tolist())
-    assert result.steps == 3
+
+
+@pytest.mark.parametrize("stop_on_eos", [True, False])
+def test_a_free_hole_is_never_left_empty_when_eos_stops_it(
+    tokenizer: StencilTokenizer, model: StencilTransformer, stop_on_eos: bool
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 4}, {"text": "."}])
+    start = canvas.holes[0].start
+    config = SamplerConfig(commit_rule="threshold", threshold=0.5, stop_on_eos=stop_on_eos)
+    result = denoise(ForcedEos(model, start), canvas, config, torch.Generator())
+    first = int(result.ids[start])
+    if stop_on_eos:
+        assert first not in canvas.terminators() and result.hole_texts["a"] != ""
+    else:  # without the stopping rule the forced EOS is taken as it comes: an empty hole
+        assert first in canvas.terminators() and result.hole_texts["a"] == ""
 
 
 @settings(max_examples=10, deadline=None)

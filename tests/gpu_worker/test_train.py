@@ -9,13 +9,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from gpu_worker.corpus import document_at, iter_split
+from gpu_worker.model import StencilTransformer
 from gpu_worker.tokenizer import StencilTokenizer
 from gpu_worker.train import (
     TrainConfig,
     denoiser_example,
     fim_example,
+    load_initial_weights,
     main,
     make_batch,
     model_config,
@@ -148,3 +151,41 @@ def test_cli_writes_every_artifact(tokenizer_file: Path, tmp_path: Path) -> None
     assert summary["steps"] == 4 and summary["tokens"] > 0 and summary["flops"] > 0
     card = (out / "MODEL_CARD.md").read_text()
     assert "training compute" in card and f"{summary['tokens']:,}" in card
+
+
+def _tiny_cli(out: Path, tokenizer_file: Path, checkpoint: Path, *extra: str) -> dict:
+    main(["--kind", "denoiser", "--out", str(out), "--tokenizer", str(tokenizer_file),
+          "--steps", "3", "--d-model", "32", "--layers", "2", "--heads", "2", "--ffn", "64",
+          "--batch-size", "2", "--eval-every", "3", "--no-bf16", "--checkpoint", str(checkpoint),
+          *extra])  # fmt: skip
+    return json.loads((out / "training.json").read_text())
+
+
+def test_a_continuation_adds_a_copy_head_and_its_card_adds_up_both_phases(
+    tokenizer_file: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "models" / "tiny-denoiser"
+    first = _tiny_cli(out, tokenizer_file, tmp_path / "a.pt", "--copy-dim", "0")
+    before = load_file(str(out / "model.safetensors"))
+    cfg = replace(TrainConfig(kind="denoiser"), **{**TINY, "d_model": 32, "n_heads": 2, "copy_dim": 8})  # type: ignore[arg-type]
+    model = StencilTransformer(model_config(cfg, StencilTokenizer.from_file(tokenizer_file)))
+    new = load_initial_weights(model, out)
+    assert new and all(name.startswith("copy.") for name in new)
+    torch.testing.assert_close(model.embed.weight, before["embed.weight"].float())
+
+    second = _tiny_cli(out, tokenizer_file, tmp_path / "b.pt", "--copy-dim", "8", "--init-from", str(out))
+    assert second["init_from"]["training"]["steps"] == first["steps"]
+    assert second["init_from"]["training"]["config"]["copy_dim"] == 0
+    card = (out / "MODEL_CARD.md").read_text()
+    assert f"{first['tokens'] + second['tokens']:,}" in card  # tokens of both phases
+    assert "phase 1" in card and "phase 2" in card
+    assert "--copy-dim 0" in card and "--copy-dim 8 --no-bf16 --init-from" in card
+
+
+def test_initial_weights_of_another_architecture_are_refused(tokenizer_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "models" / "tiny-denoiser"
+    _tiny_cli(out, tokenizer_file, tmp_path / "a.pt", "--copy-dim", "0")
+    cfg = replace(TrainConfig(kind="denoiser"), **{**TINY, "d_model": 32, "n_heads": 2, "n_layers": 3})  # type: ignore[arg-type]
+    model = StencilTransformer(model_config(cfg, StencilTokenizer.from_file(tokenizer_file)))
+    with pytest.raises(ValueError, match="does not fit"):
+        load_initial_weights(model, out)
