@@ -381,9 +381,9 @@ class CopyHead(nn.Module):
             h = h.float()
             attention, _, ids = self._attention(h, ids, 0, None, attn_mask)
             copied = (attention * (ids[:, None, :] == targets[:, :, None])).sum(-1)  # [B, L]
-            log_gate = F.logsigmoid(self.gate(h))[..., 0]
-            log_rest = F.logsigmoid(-self.gate(h))[..., 0]
-            return torch.logaddexp(log_gate + vocab, log_rest + torch.log(copied.clamp_min(1e-30)))
+            gate = self.gate(h)[..., 0]  # [B, L] the mixing logit
+            copy = F.logsigmoid(-gate) + torch.log(copied.clamp_min(1e-30))
+            return torch.logaddexp(F.logsigmoid(gate) + vocab, copy)
 
     def _attention(
         self,
@@ -422,14 +422,18 @@ def save_model(model: StencilTransformer, directory: Path, *, dtype: torch.dtype
     return weights
 
 
-def load_model(directory: Path, *, device: str | torch.device = "cpu") -> StencilTransformer:
-    """Load a Stencil model directory written by :func:`save_model` (weights as float32)."""
+def load_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """The state dict of a model directory's ``model.safetensors``, as float32."""
     from safetensors.torch import load_file
 
+    return {k: v.float() for k, v in load_file(str(directory / "model.safetensors")).items()}
+
+
+def load_model(directory: Path, *, device: str | torch.device = "cpu") -> StencilTransformer:
+    """Load a Stencil model directory written by :func:`save_model` (weights as float32)."""
     cfg = ModelConfig.from_json(json.loads((directory / "config.json").read_text()))
     model = StencilTransformer(cfg)
-    state = {k: v.float() for k, v in load_file(str(directory / "model.safetensors")).items()}
-    model.load_state_dict(state)
+    model.load_state_dict(load_weights(directory))
     return model.to(device).eval()
 
 
@@ -446,5 +450,6 @@ __all__ = [
     "StencilTransformer",
     "count_flops_per_token",
     "load_model",
+    "load_weights",
     "save_model",
 ]

@@ -455,8 +455,10 @@ def _defer_early_ends(row: _Row, decision: _Decision) -> None:
     ):
         if token not in ends:
             continue
-        hole = row.canvas.holes[int(row.hole_of[position])]
-        if hole.constraint is None and 0 <= _first_masked(row, int(row.hole_of[position])) < position:
+        hole_index = int(row.hole_of[position])
+        if row.canvas.holes[hole_index].constraint is None and (
+            0 <= _first_masked(row, hole_index) < position
+        ):
             decision.score[i] = -math.inf
 
 

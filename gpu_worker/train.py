@@ -42,7 +42,13 @@ import torch
 
 from gpu_worker.backends import file_sha256
 from gpu_worker.corpus import Document, Span, document_at, document_pieces, tokenize_with_holes
-from gpu_worker.model import ModelConfig, ModelKind, StencilTransformer, count_flops_per_token
+from gpu_worker.model import (
+    ModelConfig,
+    ModelKind,
+    StencilTransformer,
+    count_flops_per_token,
+    load_weights,
+)
 from gpu_worker.model import save_model as save_model_dir
 from gpu_worker.tokenizer import StencilTokenizer
 
@@ -432,10 +438,7 @@ def train(
 def load_initial_weights(model: StencilTransformer, directory: Path) -> list[str]:
     """Copy a saved model's weights into ``model``; returns the names it did not have (new
     modules keep their seeded initialisation). Any other mismatch is an error."""
-    from safetensors.torch import load_file
-
-    state = {k: v.float() for k, v in load_file(str(directory / "model.safetensors")).items()}
-    result = model.load_state_dict(state, strict=False)
+    result = model.load_state_dict(load_weights(directory), strict=False)
     new = [k for k in result.missing_keys if not k.startswith("copy.")]
     if result.unexpected_keys or new:
         raise ValueError(
