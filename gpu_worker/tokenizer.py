@@ -35,6 +35,9 @@ class StencilTokenizer:
     """Thin wrapper: encode / decode without special-token handling surprises."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
+        # Text that spells a special token ("<|mask|>" typed into a field) is encoded as
+        # ordinary text, never as the special id: only the canvas places special tokens.
+        tokenizer.encode_special_tokens = True
         self.tok = tokenizer
         found = {name: tokenizer.token_to_id(name) for name in SPECIAL_TOKENS}
         missing = [name for name, i in found.items() if i is None and name != UNK]

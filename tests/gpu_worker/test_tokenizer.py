@@ -25,6 +25,13 @@ def test_any_text_survives_encode_then_decode(tokenizer: StencilTokenizer, text:
     assert tokenizer.decode(tokenizer.encode(text)) == text
 
 
+def test_text_spelling_a_special_token_is_encoded_as_ordinary_text(tokenizer: StencilTokenizer) -> None:
+    for name in SPECIAL_TOKENS[:6]:
+        ids = tokenizer.encode(f"a {name} b")
+        assert not any(tokenizer.is_special(i) for i in ids)
+        assert tokenizer.decode(ids) == f"a {name} b"
+
+
 def test_decode_drops_special_tokens(tokenizer: StencilTokenizer) -> None:
     ids = [tokenizer.special.mask, *tokenizer.encode("Dear Alice"), tokenizer.special.pad]
     assert tokenizer.decode(ids) == "Dear Alice"
