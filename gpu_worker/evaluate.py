@@ -491,41 +491,66 @@ def sample_case(doc: Document, encode: Callable[[str], list[int]]) -> Case:
     return Case("document", doc, holes)
 
 
-def write_samples(denoiser_dir: Path, out: Path, *, seed: int = 0) -> str:
-    """``SAMPLES.md``: one test document of each kind written by the denoiser (default
-    sampler), each hole's text marked, beside the original. Returns the Markdown."""
+def write_samples(
+    denoiser_dir: Path,
+    out: Path,
+    *,
+    seed: int = 0,
+    sampler: dict[str, Any] | None = None,
+    ar_dir: Path | None = None,
+) -> str:
+    """``SAMPLES.md``: one test document of each kind written by the denoiser (the default
+    preset with ``sampler`` overrides), each hole's text marked, beside the original and, with
+    ``ar_dir``, the same holes filled by AR-FIM. Returns the Markdown."""
+    from gpu_worker.ar import infill_request_ar
+    from gpu_worker.config import config_from_overrides
     from gpu_worker.corpus import KINDS
     from gpu_worker.infill import infill_request
 
     denoiser = load_backend(denoiser_dir)
+    ar = load_backend(ar_dir) if ar_dir is not None and (ar_dir / "config.json").is_file() else None
+    config = config_from_overrides(None, sampler or {})
     lines = ["# One document of each kind, written by the denoiser", "",
-             f"Model `{denoiser.name}`, default sampler, seed {seed}. Test split (held-out seeds",
-             "and phrase variants). Holes: every sentence, choice and JSON value and every later",
-             "mention of a repeated entity; text written by the model is between ⟦ and ⟧.",
+             f"Model `{denoiser.name}`, sampler `{json.dumps(sampler or {})}` over the default "
+             f"preset, seed {seed}. Test split (held-out seeds and phrase variants). Holes: every",
+             "sentence, choice and JSON value and every later mention of a repeated entity; text",
+             "written by a model is between ⟦ and ⟧. Under each: the original and AR-FIM's fill.",
              "Command: `python -m gpu_worker.evaluate --samples`.", ""]  # fmt: skip
     index = 0
     for kind in KINDS:
         while (doc := document_at("test", index)).kind != kind:
             index += 1
         case = sample_case(doc, denoiser.tokenizer.encode)
-        outcome = infill_request(denoiser, case.request(seed))
-        marked, cursor = [], 0
-        for hole in sorted(case.holes, key=lambda h: h.span.start):
-            marked += [doc.text[cursor : hole.span.start], f"⟦{outcome.holes.get(hole.name, '')}⟧"]
-            cursor = hole.span.end
-        marked.append(doc.text[cursor:])
+        outcome = infill_request(denoiser, case.request(seed), config=config)
         exact = sum(outcome.holes.get(h.name, "").strip() == h.target.strip() for h in case.holes)
         lines += [f"## {kind} (test seed {doc.seed})", "",
                   f"{len(case.holes)} holes, {exact} written exactly as the original, "
                   f"{outcome.forward_passes} forward passes, "
                   f"{outcome.timings.get('total', 0.0):.2f} s, violations: {len(outcome.violations)}.",
-                  "", "```text", "".join(marked), "```", "",
+                  "", "```text", _marked(doc, case, outcome.holes), "```", "",
                   "<details><summary>original</summary>", "", "```text", doc.text, "```",
                   "", "</details>", ""]  # fmt: skip
+        if ar is not None:
+            fill = infill_request_ar(ar, case.request(seed), config=config)
+            exact = sum(fill.holes.get(h.name, "").strip() == h.target.strip() for h in case.holes)
+            lines += [f"<details><summary>AR-FIM: {exact} of {len(case.holes)} holes exact, "
+                      f"{fill.forward_passes} forward passes, "
+                      f"{fill.timings.get('total', 0.0):.2f} s</summary>", "", "```text",
+                      _marked(doc, case, fill.holes), "```", "", "</details>", ""]  # fmt: skip
     text = "\n".join(lines)
     out.mkdir(parents=True, exist_ok=True)
     (out / "SAMPLES.md").write_text(text)
     return text
+
+
+def _marked(doc: Document, case: Case, holes: dict[str, str]) -> str:
+    """The document with each hole's text from ``holes`` between ⟦ and ⟧."""
+    marked, cursor = [], 0
+    for hole in sorted(case.holes, key=lambda h: h.span.start):
+        marked += [doc.text[cursor : hole.span.start], f"⟦{holes.get(hole.name, '')}⟧"]
+        cursor = hole.span.end
+    marked.append(doc.text[cursor:])
+    return "".join(marked)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -544,7 +569,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.samples:
-        print(write_samples(args.denoiser, args.out))
+        print(write_samples(args.denoiser, args.out, sampler=json.loads(args.sampler),
+                            ar_dir=args.ar))  # fmt: skip
         return
     kinds = tuple(k for k in args.kinds.split(",") if k)
     results = evaluate(args.denoiser, args.ar, per_kind=args.per_kind, kinds=kinds,

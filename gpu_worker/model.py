@@ -71,6 +71,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:  # one fused op, the same formula
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         dtype = x.dtype
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -84,11 +86,11 @@ def rope_tables(max_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor
     return angles.cos(), angles.sin()
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x [B, H, W, D] by the tables for its positions, cos / sin [W, D/2]."""
-    x1, x2 = x[..., 0::2].float(), x[..., 1::2].float()
-    rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-    return rotated.flatten(-2).to(x.dtype)
+def apply_rope(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
+    """Rotate x [B, H, W, D] by its positions' rotation [W, D/2] or [B, 1, W, D/2] (complex
+    cos + i sin): each pair (x[2i], x[2i+1]) is a complex number times its rotation."""
+    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(pairs * rotation).flatten(-2).to(x.dtype)
 
 
 @dataclass
@@ -122,30 +124,68 @@ class Attention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,  # [B, W, C]
-        cos: torch.Tensor,  # [W, D/2]
-        sin: torch.Tensor,
+        rotation: torch.Tensor,  # [W, D/2] or [B, 1, W, D/2] complex, see apply_rope
         attn_mask: torch.Tensor | None,  # [B, 1, W, Lk] bool, True = may attend
         past: tuple[torch.Tensor, torch.Tensor] | None,  # cached [B, H, Lc, D] each
-        start: int,
+        window: Window,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         b, w, c = x.shape
         q, k, v = self.qkv(x).view(b, w, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # [B, H, W, D]
+        q, k = apply_rope(q, rotation), apply_rope(k, rotation)  # [B, H, W, D]
         if past is not None:
-            k = _splice(past[0], k, start)
-            v = _splice(past[1], v, start)
+            k = _splice(past[0], k, window)
+            v = _splice(past[1], v, window)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # [B, H, W, D]
         return self.out(y.transpose(1, 2).reshape(b, w, c)), k, v
 
 
-def _splice(cached: torch.Tensor, fresh: torch.Tensor, start: int, dim: int = 2) -> torch.Tensor:
-    """Cached [B,H,Lc,D] with positions start..start+W replaced (or appended) by fresh
-    (positions along ``dim``)."""
-    end = start + fresh.shape[dim]
-    parts = [cached.narrow(dim, 0, start), fresh]
-    if end < cached.shape[dim]:
-        parts.append(cached.narrow(dim, end, cached.shape[dim] - end))
-    return torch.cat(parts, dim=dim)
+@dataclass(frozen=True)
+class Window:
+    """Which sequence positions a forward's W query positions are.
+
+    Either one run ``start``..start+W shared by every row, or ``positions`` [B, W]: each row its
+    own positions, ascending, distinct and inside the cache (the active blocks of a batch's
+    rows, wherever they lie, locked text between their holes left out). ``from_cache`` [B, W]
+    marks positions that keep the cache's keys and values (a row's filler up to the widest
+    row's W): their outputs are computed but meaningless, and every other position sees
+    exactly what a window of the row's own positions would give.
+    """
+
+    start: int = 0
+    positions: torch.Tensor | None = None
+    from_cache: torch.Tensor | None = None
+
+    def last(self, w: int) -> int:
+        """One past the furthest position of any row."""
+        if self.positions is not None:
+            return int(self.positions.max()) + 1
+        return self.start + w
+
+    def absolute(self, w: int, device: torch.device) -> torch.Tensor:
+        """[B, W] (per row) or [1, W] absolute positions of the window."""
+        if self.positions is not None:
+            return self.positions.to(device)
+        return torch.arange(self.start, self.start + w, device=device)[None, :]
+
+
+def _splice(
+    cached: torch.Tensor, fresh: torch.Tensor, window: Window, dim: int = 2
+) -> torch.Tensor:
+    """Cached [B,H,Lc,D] (or [B,Lc,...] with ``dim`` 1) with the window's positions replaced
+    by fresh, or appended when a shared run goes past the cache."""
+    if window.positions is None:
+        end = window.start + fresh.shape[dim]
+        parts = [cached.narrow(dim, 0, window.start), fresh]
+        if end < cached.shape[dim]:
+            parts.append(cached.narrow(dim, end, cached.shape[dim] - end))
+        return torch.cat(parts, dim=dim)
+    shape = [fresh.shape[0]] + [1] * (dim - 1) + [fresh.shape[dim]]
+    shape += [1] * (fresh.dim() - dim - 1)
+    index = window.positions.view(shape).expand_as(fresh)
+    if window.from_cache is not None:
+        keep = window.from_cache.view(shape).expand_as(fresh)
+        fresh = torch.where(keep, cached.gather(dim, index), fresh)
+    return cached.scatter(dim, index, fresh)
 
 
 class SwiGLU(nn.Module):
@@ -170,13 +210,12 @@ class Block(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        rotation: torch.Tensor,
         attn_mask: torch.Tensor | None,
         past: tuple[torch.Tensor, torch.Tensor] | None,
-        start: int,
+        window: Window,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        h, k, v = self.attn(self.attn_norm(x), cos, sin, attn_mask, past, start)
+        h, k, v = self.attn(self.attn_norm(x), rotation, attn_mask, past, window)
         x = x + h
         return x + self.ffn(self.ffn_norm(x)), k, v
 
@@ -241,18 +280,28 @@ class StencilTransformer(nn.Module):
         cache: KVCache | None = None,
         attention_mask: torch.Tensor | None = None,  # [B, Lk] over all key positions
         write_cache: bool = False,
+        positions: torch.Tensor | None = None,  # [B, W] long, instead of start
+        from_cache: torch.Tensor | None = None,  # [B, W] bool, with positions
+        outputs: torch.Tensor | None = None,  # [B, K] long indices into the window
     ) -> tuple[torch.Tensor, KVCache | None]:
-        """Logits [B, W, V] for the window of positions start..start+W.
+        """Logits [B, W, V] for the window of positions start..start+W, or ``positions``;
+        with ``outputs``, logits [B, K, V] of just those window indices (the output head and
+        the copy mixture, about half a full forward's time, then run on K positions only).
 
         With ``cache``, keys and values outside the window come from the cache (the window's
-        own are recomputed); without it the window is the whole sequence. With
-        ``write_cache`` the returned cache holds the spliced keys and values of every layer.
+        own are recomputed, except where ``from_cache`` is True); without it the window is the
+        whole sequence. With ``write_cache`` the returned cache holds the spliced keys and
+        values of every layer. See :class:`Window` for per-row ``positions``.
         """
-        h, attn_mask, keys, values = self._hidden(ids, start, cache, attention_mask, write_cache)
-        logits = self.head(h)
+        window = Window(start, positions, from_cache)
+        h, attn_mask, keys, values = self._hidden(ids, window, cache, attention_mask, write_cache)
+        picked = h if outputs is None else h.gather(1, outputs[..., None].expand(-1, -1, h.shape[-1]))
+        logits = self.head(picked)
         copy_keys = ids_all = None
         if self.config.copy_dim:
-            logits, copy_keys, ids_all = self.copy(h, logits, ids, start, cache, attn_mask)
+            logits, copy_keys, ids_all = self.copy(
+                h, logits, ids, window, cache, _rows(attn_mask, outputs), picked
+            )
         return logits, (KVCache(keys, values, copy_keys, ids_all) if write_cache else None)
 
     def target_log_probs(
@@ -260,7 +309,7 @@ class StencilTransformer(nn.Module):
     ) -> torch.Tensor:
         """log p(targets) [B, L] under a full forward of ids [B, L]: what the training loss
         reads, without building the copy head's [B, L, V] mixture."""
-        h, attn_mask, _, _ = self._hidden(ids, 0, None, attention_mask, False)
+        h, attn_mask, _, _ = self._hidden(ids, Window(), None, attention_mask, False)
         logits = self.head(h).float()
         vocab = -F.cross_entropy(
             logits.flatten(0, 1), targets.flatten(), reduction="none"
@@ -272,7 +321,7 @@ class StencilTransformer(nn.Module):
     def _hidden(
         self,
         ids: torch.Tensor,
-        start: int,
+        window: Window,
         cache: KVCache | None,
         attention_mask: torch.Tensor | None,
         write_cache: bool,
@@ -280,22 +329,30 @@ class StencilTransformer(nn.Module):
         """Final normed hidden states [B, W, C] of the window, its attention mask and, with
         ``write_cache``, every layer's spliced keys and values."""
         b, w = ids.shape
-        total = max(start + w, cache.length if cache is not None else 0)
+        total = max(window.last(w), cache.length if cache is not None else 0)
         if total > self.config.max_len:
             raise ValueError(
                 f"sequence length {total} exceeds the model's max_len={self.config.max_len}"
             )
-        if cache is None and start != 0:
-            raise ValueError(f"start={start} needs a cache")
-        cos = self.rope_cos[start : start + w]  # type: ignore[index]  # a registered buffer
-        sin = self.rope_sin[start : start + w]  # type: ignore[index]
-        attn_mask = self._attention_mask(b, w, total, start, attention_mask, ids.device)
+        if cache is None and (window.positions is not None or window.start != 0):
+            raise ValueError(f"start={window.start} or positions need a cache")
+        if window.positions is not None:
+            if cache is None or window.last(w) > cache.length or int(window.positions.min()) < 0:
+                raise ValueError("per-row positions must lie inside the cache")
+            # a table row per query position: [B, 1, W, D/2]
+            cos = self.rope_cos[window.positions][:, None]  # type: ignore[index]  # a buffer
+            sin = self.rope_sin[window.positions][:, None]  # type: ignore[index]
+        else:
+            cos = self.rope_cos[window.start : window.start + w]  # type: ignore[index]
+            sin = self.rope_sin[window.start : window.start + w]  # type: ignore[index]
+        rotation = torch.complex(cos, sin)
+        attn_mask = self._attention_mask(b, w, total, window, attention_mask, ids.device)
         x = self.embed(ids)
         keys: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
         for i, block in enumerate(self.blocks):
             past = (cache.keys[i], cache.values[i]) if cache is not None else None
-            x, k, v = block(x, cos, sin, attn_mask, past, start)
+            x, k, v = block(x, rotation, attn_mask, past, window)
             if write_cache:
                 keys.append(k)
                 values.append(v)
@@ -306,16 +363,16 @@ class StencilTransformer(nn.Module):
         b: int,
         w: int,
         total: int,
-        start: int,
+        window: Window,
         attention_mask: torch.Tensor | None,
         device: torch.device,
     ) -> torch.Tensor | None:
         """Bool [B, 1, W, total]: True where a query may attend to a key."""
         allowed: torch.Tensor | None = None
+        q_pos = window.absolute(w, device)[:, :, None]  # [B or 1, W, 1]
+        k_pos = torch.arange(total, device=device)[None, None, :]  # [1, 1, total]
         if self.config.causal:
-            q_pos = torch.arange(start, start + w, device=device)[:, None]
-            k_pos = torch.arange(total, device=device)[None, :]
-            allowed = (k_pos <= q_pos)[None, None]  # [1, 1, W, total]
+            allowed = (k_pos <= q_pos)[:, None]  # [B or 1, 1, W, total]
         if attention_mask is not None:
             if attention_mask.shape != (b, total):
                 raise ValueError(
@@ -324,9 +381,7 @@ class StencilTransformer(nn.Module):
             keys_ok = attention_mask.bool()[:, None, None, :]  # [B, 1, 1, total]
             allowed = keys_ok if allowed is None else allowed & keys_ok
             # A padded query row with no allowed key would give NaN: let it see itself.
-            eye = torch.zeros(w, total, dtype=torch.bool, device=device)
-            eye[torch.arange(w), torch.arange(start, start + w)] = True
-            allowed = allowed | eye[None, None]
+            allowed = allowed | (k_pos == q_pos)[:, None]
         return allowed
 
 
@@ -351,20 +406,21 @@ class CopyHead(nn.Module):
     def forward(
         self,
         h: torch.Tensor,  # [B, W, C] final normed hidden states of the window
-        logits: torch.Tensor,  # [B, W, V]
+        logits: torch.Tensor,  # [B, K, V] vocabulary logits of the output positions
         ids: torch.Tensor,  # [B, W] the window's tokens
-        start: int,
+        window: Window,
         cache: KVCache | None,
-        attn_mask: torch.Tensor | None,  # [B, 1, W, Lk] bool or None
+        attn_mask: torch.Tensor | None,  # [B, 1, K, Lk] bool or None, the outputs' rows
+        queries: torch.Tensor,  # [B, K, C] hidden states of the output positions
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Log-probabilities [B, W, V], and the copy keys and ids of every position."""
+        """Log-probabilities [B, K, V], and the copy keys and ids of every position."""
         with torch.autocast(h.device.type, enabled=False):  # the mixture is computed in fp32
-            h = h.float()
-            attention, keys, ids = self._attention(h, ids, start, cache, attn_mask)
+            h, queries = h.float(), queries.float()
+            attention, keys, ids = self._attention(h, ids, window, cache, attn_mask, queries)
             pointer = torch.zeros_like(logits, dtype=torch.float32).scatter_add_(
                 -1, ids[:, None, :].expand_as(attention), attention
-            )  # [B, W, V]
-            gate = torch.sigmoid(self.gate(h))  # [B, W, 1]
+            )  # [B, K, V]
+            gate = torch.sigmoid(self.gate(queries))  # [B, K, 1]
             mixed = gate * torch.softmax(logits.float(), dim=-1) + (1 - gate) * pointer
             return torch.log(mixed.clamp_min(1e-30)), keys, ids
 
@@ -379,7 +435,7 @@ class CopyHead(nn.Module):
         """log p(target) [B, L] of the mixture, gathered instead of scattered over V."""
         with torch.autocast(h.device.type, enabled=False):
             h = h.float()
-            attention, _, ids = self._attention(h, ids, 0, None, attn_mask)
+            attention, _, ids = self._attention(h, ids, Window(), None, attn_mask, h)
             copied = (attention * (ids[:, None, :] == targets[:, :, None])).sum(-1)  # [B, L]
             gate = self.gate(h)[..., 0]  # [B, L] the mixing logit
             copy = F.logsigmoid(-gate) + torch.log(copied.clamp_min(1e-30))
@@ -389,23 +445,33 @@ class CopyHead(nn.Module):
         self,
         h: torch.Tensor,
         ids: torch.Tensor,
-        start: int,
+        window: Window,
         cache: KVCache | None,
         attn_mask: torch.Tensor | None,
+        queries: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Pointer attention [B, W, Lk] (rows with nothing to point at are zero), and the
-        copy keys [B, Lk, Dc] and ids [B, Lk] it points over."""
+        """Pointer attention [B, K, Lk] of the ``queries`` [B, K, C] (rows with nothing to
+        point at are zero), and the copy keys [B, Lk, Dc] and ids [B, Lk] it points over."""
         keys = self.key(h)
         if cache is not None and cache.copy_keys is not None and cache.ids is not None:
-            keys = _splice(cache.copy_keys, keys, start, dim=1)
-            ids = _splice(cache.ids, ids, start, dim=1)
-        scores = torch.einsum("bwc,blc->bwl", self.query(h), keys) * self.scale
+            keys = _splice(cache.copy_keys, keys, window, dim=1)
+            ids = _splice(cache.ids, ids, window, dim=1)
+        scores = torch.einsum("bwc,blc->bwl", self.query(queries), keys) * self.scale
         allowed = (ids != self.skip_ids[0]) & (ids != self.skip_ids[1])  # [B, Lk]
         allowed = allowed[:, None, :].expand_as(scores)
         if attn_mask is not None:
             allowed = allowed & attn_mask[:, 0].expand_as(scores)
         attention = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
         return attention.nan_to_num(0.0), keys, ids
+
+
+def _rows(attn_mask: torch.Tensor | None, outputs: torch.Tensor | None) -> torch.Tensor | None:
+    """The attention mask [B, 1, W, Lk]'s query rows at ``outputs`` [B, K]: [B, 1, K, Lk]."""
+    if attn_mask is None or outputs is None:
+        return attn_mask
+    b, k = outputs.shape
+    rows = attn_mask.expand(b, -1, -1, -1)
+    return rows.gather(2, outputs[:, None, :, None].expand(b, 1, k, rows.shape[-1]))
 
 
 def save_model(model: StencilTransformer, directory: Path, *, dtype: torch.dtype) -> Path:

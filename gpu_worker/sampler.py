@@ -76,6 +76,7 @@ class _Decision:
     tokens: torch.Tensor  # [n] long proposed tokens
     prob: torch.Tensor  # [n] float model probability of the proposed token
     score: torch.Tensor  # [n] float the commit rule's score (higher = surer)
+    held: dict[int, float] = field(default_factory=dict)  # deferred EOS / pad -> its score
 
 
 @dataclass
@@ -85,7 +86,7 @@ class _Row:
     canvas: Canvas
     generator: torch.Generator
     x: torch.Tensor  # [L] long view into the batch ids
-    hole_of: torch.Tensor  # [L] long hole index per position, -1 = locked
+    hole_at: list[int]  # [L] hole index per position, -1 = locked (a list: read one by one)
     blocks: list[torch.Tensor]  # [n_b] long positions of each block
     confidence: torch.Tensor  # [L] float probability at commit time (nan = never)
     remasks: torch.Tensor  # [L] long times each position was re-masked
@@ -126,11 +127,11 @@ def denoise_batch(
 ) -> list[DenoiseResult]:
     """Denoise several canvases (any lengths) in lockstep, one batched forward per step.
 
-    Rows are right-padded with pad and hidden by the attention mask. Without the cache a row's
-    result equals its unbatched result (up to float summation order in padded attention).
-    With the dual cache, a refresh happens when any row starts a block and the window spans
-    every active row's block, so rows can see fresher keys than alone: results may differ
-    from unbatched ones, while every invariant still holds. Hooks get the row index.
+    Rows are right-padded with pad and hidden by the attention mask. A row's result equals
+    its unbatched result up to float summation order (batched matrix products, padded
+    attention): without the cache trivially; with the dual cache because each row refreshes
+    its own cache rows when it starts a block, and steps on a window of its own block's
+    positions (see :func:`_forward`). Hooks get the row index.
     """
     _check_inputs(model, canvases, config, generators)
     device = _model_device(model)
@@ -145,19 +146,16 @@ def denoise_batch(
         _new_row(canvas, generators[b], ids[b, : canvas.length], config)
         for b, canvas in enumerate(canvases)
     ]
-    cache: object | None = None
+    cache: Any = None
     while True:
         active = _active_rows(rows, should_stop)
         if not active:
             break
         started = time.perf_counter()
-        full = config.cache == "none" or any(
-            rows[b].needs_refresh or _is_flush(rows[b], config) for b in active
-        )
-        logits, start, cache = _forward(model, ids, attention, config, rows, active, full, cache)
+        logits, where, cache = _forward(model, ids, attention, config, rows, active, cache)
         forward_ms = (time.perf_counter() - started) * 1000
         for i, b in enumerate(active):
-            info = _row_step(rows[b], logits[i], start, config, forward_ms, started)
+            info = _row_step(rows[b], logits[i], where[i], config, forward_ms, started)
             if on_step is not None:
                 on_step(b, info)
     return [_result(row) for row in rows]
@@ -242,7 +240,7 @@ def _new_row(
         canvas=canvas,
         generator=generator,
         x=x,
-        hole_of=canvas.hole_index().to(x.device),
+        hole_at=canvas.hole_index().tolist(),
         blocks=[b.to(x.device) for b in plan_blocks(canvas, config)],
         confidence=torch.full((canvas.length,), math.nan, device=x.device),
         remasks=torch.zeros(canvas.length, dtype=torch.long, device=x.device),
@@ -280,30 +278,148 @@ def _forward(
     config: SamplerConfig,
     rows: list[_Row],
     active: list[int],
-    full: bool,
-    cache: object | None,
-) -> tuple[torch.Tensor, int, object | None]:
-    """Logits [len(active), W, V] (float32, in ``active`` order) of the window starting at
-    ``start``, and the cache. Without the cache only the active rows run, cut to their
-    longest canvas; the dual cache keeps every row so its tensors stay aligned."""
+    cache: Any,
+) -> tuple[list[torch.Tensor], list[torch.Tensor], Any]:
+    """Per active row (in ``active`` order) its logits [W, V] (float32) and ``where`` [L]:
+    the logits row of each canvas position (-1 = not computed); and the dual cache.
+
+    Without the cache, one full forward of the active rows, cut to their longest canvas.
+    With the dual cache (it keeps every row of the batch, so its tensors stay aligned):
+    rows starting a block (or flushing) run a full forward that rewrites their cache rows,
+    and the others one window forward of their active block's positions only (Fast-dLLM's
+    dual cache: locked text between a block's holes, and every other position, is read from
+    the cache). A row with a smaller block fills its window with positions that keep the
+    cache's keys and values, so it sees what it would see alone.
+    """
     windowed: Any = model  # forward_window is outside the minimal backend protocol
-    index = torch.tensor(active, device=ids.device)
+    out: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     with _precision(config, ids.device), torch.no_grad():
         if config.cache == "none":
+            index = torch.tensor(active, device=ids.device)
             length = max(rows[b].canvas.length for b in active)
-            logits = model(ids[index, :length], attention_mask=attention[index, :length])
-            return _synced(logits), 0, None
-        if full:  # refresh the dual cache: every position's keys and values
-            logits, cache = windowed.forward_window(ids, attention_mask=attention, write_cache=True)
-            for b in active:
-                rows[b].needs_refresh = False
-            return _synced(logits[index]), 0, cache
-        start = min(int(rows[b].blocks[rows[b].block].min()) for b in active)
-        end = max(int(rows[b].blocks[rows[b].block].max()) + 1 for b in active)
-        logits, _ = windowed.forward_window(
-            ids[:, start:end], start=start, cache=cache, attention_mask=attention
-        )
-        return _synced(logits[index]), start, cache
+            outputs, wheres = _block_outputs(rows, active, length, config, ids.device)
+            if outputs is None or not hasattr(model, "forward_window"):
+                logits = model(ids[index, :length], attention_mask=attention[index, :length])
+                wheres = [torch.arange(length, device=ids.device)] * len(active)
+            else:
+                logits, _ = windowed.forward_window(
+                    ids[index, :length], attention_mask=attention[index, :length], outputs=outputs
+                )
+            return list(_synced(logits)), wheres, None
+        refresh = [b for b in active if rows[b].needs_refresh or _is_flush(rows[b], config)]
+        if refresh:
+            everyone = cache is None  # the first forward writes every row's cache
+            chosen = list(range(len(rows))) if everyone else refresh
+            index = torch.tensor(chosen, device=ids.device)
+            steps_of = [b if b in refresh else None for b in chosen]
+            outputs, wheres = _block_outputs(rows, steps_of, ids.shape[1], config, ids.device)
+            logits, fresh = windowed.forward_window(
+                ids[index], attention_mask=attention[index], write_cache=True, outputs=outputs
+            )
+            cache = fresh if everyone else _write_rows(cache, index, fresh)
+            for i, b in enumerate(chosen):
+                if b in refresh:
+                    rows[b].needs_refresh = False
+                    out[b] = (logits[i], wheres[i])
+        stepping = [b for b in active if b not in out]
+        if stepping:
+            out.update(_window_forward(windowed, ids, attention, rows, stepping, cache))
+    return [_synced(out[b][0]) for b in active], [out[b][1] for b in active], cache
+
+
+def _block_outputs(
+    rows: list[_Row],
+    stepping: Sequence[int | None],
+    length: int,
+    config: SamplerConfig,
+    device: torch.device,
+) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
+    """For a full forward: the positions [len(stepping), K] whose logits the step reads (each
+    row's active block; None = every position, when a row flushes) and each row's ``where``.
+    A None in ``stepping`` is a row that runs without a step (its outputs are position 0)."""
+    if any(b is not None and _is_flush(rows[b], config) for b in stepping):
+        return None, [torch.arange(length, device=device)] * len(stepping)
+    blocks = [
+        rows[b].blocks[rows[b].block] if b is not None else torch.zeros(1, dtype=torch.long)
+        for b in stepping
+    ]
+    width = max(int(block.numel()) for block in blocks)
+    outputs = torch.zeros((len(blocks), width), dtype=torch.long, device=device)
+    wheres = []
+    for i, block in enumerate(blocks):
+        block = block.to(device)
+        outputs[i, : block.numel()] = block  # the rest reads position 0 again, unused
+        wheres.append(_where(block, length))
+    return outputs, wheres
+
+
+def _where(block: torch.Tensor, length: int) -> torch.Tensor:
+    """[length]: the logits row of each of ``block``'s positions when the block's positions,
+    in order, are a forward's outputs (-1 elsewhere)."""
+    where = torch.full((length,), -1, dtype=torch.long, device=block.device)
+    where[block] = torch.arange(block.numel(), device=block.device)
+    return where
+
+
+def _window_forward(
+    windowed: Any,
+    ids: torch.Tensor,  # [B, L]
+    attention: torch.Tensor,  # [B, L] bool
+    rows: list[_Row],
+    stepping: list[int],
+    cache: Any,
+) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """One window forward of the ``stepping`` rows' active blocks: row -> (logits, where)."""
+    device, length = ids.device, ids.shape[1]
+    blocks = [rows[b].blocks[rows[b].block] for b in stepping]  # ascending positions each
+    width = max(int(block.numel()) for block in blocks)
+    positions = torch.empty((len(stepping), width), dtype=torch.long, device=device)
+    filler = torch.zeros((len(stepping), width), dtype=torch.bool, device=device)
+    wheres = []
+    for i, block in enumerate(blocks):
+        n = int(block.numel())
+        positions[i, :n] = block
+        if n < width:  # positions outside the block, which keep their cached keys
+            outside = torch.ones(length, dtype=torch.bool, device=device)
+            outside[block] = False
+            positions[i, n:] = outside.nonzero().squeeze(-1)[: width - n]
+            filler[i, n:] = True
+        wheres.append(_where(block, length))
+    index = torch.tensor(stepping, device=device)
+    if len(stepping) < len(rows):
+        cache = _read_rows(cache, index)
+    logits, _ = windowed.forward_window(
+        ids[index].gather(1, positions),
+        positions=positions,
+        cache=cache,
+        attention_mask=attention[index],
+        from_cache=filler if bool(filler.any()) else None,
+    )
+    return {b: (logits[i], wheres[i]) for i, b in enumerate(stepping)}
+
+
+def _read_rows(cache: Any, index: torch.Tensor) -> Any:
+    """The dual cache of the rows in ``index`` (a new cache of the same type)."""
+
+    def pick(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else t.index_select(0, index)
+
+    return type(cache)(
+        [k.index_select(0, index) for k in cache.keys],
+        [v.index_select(0, index) for v in cache.values],
+        pick(cache.copy_keys),
+        pick(cache.ids),
+    )
+
+
+def _write_rows(cache: Any, index: torch.Tensor, fresh: Any) -> Any:
+    """``cache`` with the rows in ``index`` replaced by ``fresh``'s (in place)."""
+    for old, new in zip(cache.keys + cache.values, fresh.keys + fresh.values, strict=True):
+        old[index] = new
+    if cache.copy_keys is not None:
+        cache.copy_keys[index] = fresh.copy_keys
+        cache.ids[index] = fresh.ids
+    return cache
 
 
 def _synced(logits: torch.Tensor) -> torch.Tensor:
@@ -325,7 +441,7 @@ def _precision(
 def _row_step(
     row: _Row,
     logits: torch.Tensor,  # [W, V] the row's window logits
-    start: int,
+    where: torch.Tensor,  # [L] the logits row of each canvas position
     config: SamplerConfig,
     forward_ms: float,
     started: float,
@@ -333,10 +449,10 @@ def _row_step(
     flush = _is_flush(row, config)
     block = row.block
     if flush:
-        committed, padded, probs = _flush(row, logits, start, config)
+        committed, padded, probs = _flush(row, logits, where, config)
         remasked: list[int] = []
     else:
-        committed, padded, probs = _commit_step(row, logits, start, config)
+        committed, padded, probs = _commit_step(row, logits, where, config)
         remasked = _remask(row, config, committed) if config.remask != "none" else []
     locked = row.canvas.ids.to(row.x.device)
     protect = row.canvas.protect.to(row.x.device)
@@ -368,7 +484,7 @@ def _row_step(
 
 
 def _commit_step(
-    row: _Row, logits: torch.Tensor, start: int, config: SamplerConfig
+    row: _Row, logits: torch.Tensor, where: torch.Tensor, config: SamplerConfig
 ) -> tuple[list[int], list[int], list[float]]:
     """Commit positions of the active block; returns (committed, padded, probabilities)."""
     block = row.blocks[row.block]  # [n_b]
@@ -376,15 +492,19 @@ def _commit_step(
     padded: list[int] = []
     probs: list[float] = []
     for hole_index in _unscored_choices(row, block):
-        positions, prob = _commit_choice(row, hole_index, logits, start, config)
+        positions, prob = _commit_choice(row, hole_index, logits, where, config)
         committed.extend(positions)
         probs.append(prob)
-    decision = _propose(row, _eligible(row, block), logits, start, config)
+    decision = _propose(row, _eligible(row, block), logits, where, config)
     if decision is None:
         return committed, padded, probs
     chosen = _select(decision, _quota(row, block, config), config)  # [k] indices
-    for i in chosen.tolist():
+    if decision.held and config.commit_rule != "even":
+        chosen = _release_ends(row, decision, chosen, config)
+    for i in sorted(chosen.tolist()):  # left to right, so an EOS pads what follows it
         position, token = int(decision.positions[i]), int(decision.tokens[i])
+        if int(row.x[position]) != row.canvas.mask_id:
+            continue  # padded by an EOS committed earlier in this step
         padded.extend(_commit_token(row, position, token, float(decision.prob[i]), config))
         committed.append(position)
     probs.extend(decision.prob.tolist())
@@ -401,7 +521,7 @@ def _eligible(row: _Row, block: torch.Tensor) -> torch.Tensor:
     keep: list[int] = []
     seen_pattern: set[int] = set()
     for position in masked.tolist():
-        hole_index = int(row.hole_of[position])
+        hole_index = row.hole_at[position]
         constraint = row.canvas.holes[hole_index].constraint
         if isinstance(constraint, ChoiceConstraint):
             continue
@@ -428,7 +548,7 @@ def _allowed(row: _Row, positions: torch.Tensor, config: SamplerConfig) -> torch
     canvas = row.canvas
     allowed = row.free_vocab.expand(positions.numel(), -1).clone()  # [n, V]
     for i, position in enumerate(positions.tolist()):
-        hole_index = int(row.hole_of[position])
+        hole_index = row.hole_at[position]
         hole = canvas.holes[hole_index]
         if isinstance(hole.constraint, PatternConstraint):
             remaining = hole.end - position
@@ -447,28 +567,34 @@ def _allowed(row: _Row, positions: torch.Tensor, config: SamplerConfig) -> torch
 
 def _defer_early_ends(row: _Row, decision: _Decision) -> None:
     """With ``stop_on_eos``: an EOS / pad proposed in a free hole waits while an earlier
-    position of that hole is still masked (its score becomes -inf), so where a hole ends is
-    decided after what it says; the hole's earliest masked position is never deferred."""
+    position of that hole is still masked (its score becomes -inf, the score it had is kept in
+    ``held``), so where a hole ends is decided after what it says; the hole's earliest masked
+    position is never deferred. See :func:`_release_ends` for the threshold rules."""
     ends = row.canvas.terminators()
     for i, (position, token) in enumerate(
         zip(decision.positions.tolist(), decision.tokens.tolist(), strict=True)
     ):
         if token not in ends:
             continue
-        hole_index = int(row.hole_of[position])
+        hole_index = row.hole_at[position]
         if row.canvas.holes[hole_index].constraint is None and (
             0 <= _first_masked(row, hole_index) < position
         ):
+            decision.held[i] = float(decision.score[i])
             decision.score[i] = -math.inf
 
 
 def _propose(
-    row: _Row, positions: torch.Tensor, logits: torch.Tensor, start: int, config: SamplerConfig
+    row: _Row,
+    positions: torch.Tensor,
+    logits: torch.Tensor,
+    where: torch.Tensor,
+    config: SamplerConfig,
 ) -> _Decision | None:
     """Sample (or take the argmax of) a token per position and score the rule's confidence."""
     if positions.numel() == 0:
         return None
-    scores = logits[positions - start]  # [n, V]
+    scores = logits[where[positions]]  # [n, V]
     allowed = _allowed(row, positions, config)
     if scores.shape[-1] > allowed.shape[-1]:  # a model vocabulary wider than the canvas's
         pad = allowed.new_zeros((allowed.shape[0], scores.shape[-1] - allowed.shape[-1]))
@@ -525,13 +651,38 @@ def _select(decision: _Decision, quota: int, config: SamplerConfig) -> torch.Ten
     if config.commit_rule == "even":
         k = max(1, min(quota, int(torch.isfinite(score).sum())))
         return torch.topk(score, k).indices
-    if config.commit_rule == "entropy":
-        passing = -score <= config.entropy_threshold
-    else:
-        passing = score >= config.threshold
+    passing = _passes(score, config)
     if not bool(passing.any()):
         return score.argmax().reshape(1)
     return passing.nonzero().squeeze(-1)
+
+
+def _passes(score: torch.Tensor, config: SamplerConfig) -> torch.Tensor:
+    """[n] bool: the scores sure enough for a threshold / margin / entropy rule."""
+    if config.commit_rule == "entropy":
+        return -score <= config.entropy_threshold
+    return score >= config.threshold
+
+
+def _release_ends(
+    row: _Row, decision: _Decision, chosen: torch.Tensor, config: SamplerConfig
+) -> torch.Tensor:
+    """``chosen`` plus each held-back EOS / pad that passes the rule on its own score and
+    whose hole has every earlier masked position committed in this same step: a hole the
+    model is sure of ends in the pass that writes it, not one pass later."""
+    picked = set(chosen.tolist())
+    committing = {int(decision.positions[i]) for i in picked}
+    for i in sorted(decision.held, key=lambda j: int(decision.positions[j])):
+        position = int(decision.positions[i])
+        if not bool(_passes(torch.tensor(decision.held[i]), config)):
+            continue
+        hole = row.canvas.holes[row.hole_at[position]]
+        span = torch.arange(hole.start, position, device=row.x.device)
+        earlier = span[row.x[span] == row.canvas.mask_id].tolist()
+        if all(p in committing for p in earlier):
+            picked.add(i)
+            committing.add(position)
+    return torch.tensor(sorted(picked), dtype=torch.long)
 
 
 def _commit_token(
@@ -540,7 +691,7 @@ def _commit_token(
     """Write one token; returns the positions padded because it ended its hole."""
     row.x[position] = token
     row.confidence[position] = prob
-    hole_index = int(row.hole_of[position])
+    hole_index = row.hole_at[position]
     hole = row.canvas.holes[hole_index]
     constraint = hole.constraint
     if isinstance(constraint, PatternConstraint):
@@ -564,26 +715,23 @@ def _pad_after(row: _Row, hole: Hole, position: int) -> list[int]:
 
 def _unscored_choices(row: _Row, block: torch.Tensor) -> list[int]:
     """Choices holes starting in this block that are still masked."""
-    out = []
-    for position in block.tolist():
-        hole_index = int(row.hole_of[position])
-        hole = row.canvas.holes[hole_index]
-        if (
-            isinstance(hole.constraint, ChoiceConstraint)
-            and position == hole.start
-            and int(row.x[position]) == row.canvas.mask_id
-        ):
-            out.append(hole_index)
-    return out
+    positions = set(block.tolist())
+    return [
+        i
+        for i, hole in enumerate(row.canvas.holes)
+        if isinstance(hole.constraint, ChoiceConstraint)
+        and hole.start in positions
+        and int(row.x[hole.start]) == row.canvas.mask_id
+    ]
 
 
 def _commit_choice(
-    row: _Row, hole_index: int, logits: torch.Tensor, start: int, config: SamplerConfig
+    row: _Row, hole_index: int, logits: torch.Tensor, where: torch.Tensor, config: SamplerConfig
 ) -> tuple[list[int], float]:
     """Score every candidate as a whole and commit one; returns (positions, posterior)."""
     hole = row.canvas.holes[hole_index]
     assert isinstance(hole.constraint, ChoiceConstraint)
-    log_probs = torch.log_softmax(logits[hole.start - start : hole.end - start], dim=-1)  # [h, V]
+    log_probs = torch.log_softmax(logits[where[hole.start : hole.end]], dim=-1)  # [h, V]
     pad = row.canvas.pad_id
     candidates = torch.tensor(
         [list(c) + [pad] * (hole.max_len - len(c)) for c in hole.constraint.candidates],
@@ -622,7 +770,7 @@ def _remask(row: _Row, config: SamplerConfig, just_committed: list[int]) -> list
         & ~row.canvas.protect.to(block.device)[block]
     ]
     free = [
-        p for p in candidates.tolist() if row.canvas.holes[int(row.hole_of[p])].constraint is None
+        p for p in candidates.tolist() if row.canvas.holes[row.hole_at[p]].constraint is None
     ]
     if not free:
         return []
@@ -636,7 +784,7 @@ def _remask(row: _Row, config: SamplerConfig, just_committed: list[int]) -> list
 
 
 def _flush(
-    row: _Row, logits: torch.Tensor, start: int, config: SamplerConfig
+    row: _Row, logits: torch.Tensor, where: torch.Tensor, config: SamplerConfig
 ) -> tuple[list[int], list[int], list[float]]:
     """The budget's last pass: commit every masked position of the canvas from one forward.
 
@@ -649,7 +797,7 @@ def _flush(
         if int(row.x[hole.start]) == row.canvas.mask_id and isinstance(
             hole.constraint, ChoiceConstraint
         ):
-            positions, prob = _commit_choice(row, hole_index, logits, start, config)
+            positions, prob = _commit_choice(row, hole_index, logits, where, config)
             committed.extend(positions)
             probs.append(prob)
             continue
@@ -659,7 +807,7 @@ def _flush(
             if masked.numel() == 0:
                 break
             eligible = _eligible(row, masked)
-            decision = _propose(row, eligible, logits, start, config)
+            decision = _propose(row, eligible, logits, where, config)
             assert decision is not None
             for i in range(decision.positions.numel()):
                 position = int(decision.positions[i])

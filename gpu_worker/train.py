@@ -75,7 +75,15 @@ class TrainConfig:
     hole_fraction: float = 0.8  # denoiser: share of rows corrupted with holes (else uniform)
     copy_hole_prob: float = 0.85  # a hole row's first hole is a repeated mention's occurrence
     max_extra_holes: int = 2  # further holes per hole row
+    # Share of hole rows cut like a template (see template_holes): most of the body a hole,
+    # only the typed fields and first mentions visible, as whole-document drafting requests are.
+    template_prob: float = 0.3
     max_pad_budget: int = 12  # extra positions (target pad) after a hole's content
+    # Share of holes whose pad tail may run to long_pad_budget positions or the content's own
+    # length: people leave generous max_tokens, and a model that only ever saw short pad
+    # tails keeps writing to fill a long budget.
+    long_pad_prob: float = 0.5
+    long_pad_budget: int = 36
     min_t: float = 1e-3  # t ~ U(min_t, 1): 1/t stays finite
     fim_rate: float = 0.9  # AR-FIM: share of rows in PSM order
     suffix_cut_prob: float = 0.5  # AR-FIM: share of FIM rows whose suffix is cut short
@@ -99,7 +107,7 @@ class Example:
     inputs: list[int]
     targets: list[int]
     weights: list[float]  # 0 where no loss; 1 / (t * corrupted length) on masked positions
-    kind: str  # "uniform" | "holes" | "fim" | "plain"
+    kind: str  # "uniform" | "holes" | "template" | "fim" | "plain"
 
 
 def repeated_spans(doc: Document) -> list[int]:
@@ -136,6 +144,27 @@ def pick_holes(doc: Document, rng: random.Random, cfg: TrainConfig) -> list[Span
     return chosen
 
 
+def template_holes(doc: Document, rng: random.Random) -> list[Span]:
+    """Holes as a drafting template cuts them: each sentence, choice, JSON value and later
+    mention of a repeated entity is a hole with one probability (drawn per row from 0.5 to 1);
+    numbers, dates and an earlier mention of each holed entity stay visible, like the fields
+    a person types."""
+    keep = rng.uniform(0.5, 1.0)
+    visible: set[str] = set()  # entity texts with a mention outside every hole so far
+    chosen: list[Span] = []
+    for span in sorted(doc.spans, key=lambda s: (s.start, -s.end)):  # enclosing spans first
+        text = doc.span_text(span)
+        wanted = (span.kind == "entity" and text in visible) or span.kind in (
+            "sentence", "choice", "json_value"
+        )
+        free = all(span.start >= c.end or span.end <= c.start for c in chosen)
+        if wanted and free and span.end > span.start and rng.random() < keep:
+            chosen.append(span)
+        elif span.kind == "entity" and free:
+            visible.add(text)
+    return chosen
+
+
 def mask_exactly(
     positions: list[int], t: float, rng: random.Random
 ) -> tuple[set[int], float]:
@@ -147,6 +176,13 @@ def mask_exactly(
     """
     k = min(len(positions), max(1, round(t * len(positions))))
     return set(rng.sample(positions, k)), 1.0 / k
+
+
+def _pad_budget(n_content: int, rng: random.Random, cfg: TrainConfig) -> int:
+    """The most pad positions after a hole's ``n_content`` tokens in one training row."""
+    if rng.random() < cfg.long_pad_prob:
+        return max(cfg.long_pad_budget, n_content)
+    return cfg.max_pad_budget
 
 
 def denoiser_example(
@@ -162,7 +198,8 @@ def denoiser_example(
         inputs = [mc.mask_id if p in chosen else x for p, x in enumerate(ids)]
         weights = [w if p in chosen else 0.0 for p in range(len(ids))]
         return Example(inputs, ids, weights, "uniform")
-    holes = pick_holes(doc, rng, cfg)
+    template = rng.random() < cfg.template_prob
+    holes = (template and template_holes(doc, rng)) or pick_holes(doc, rng, cfg)
     ids, ranges = tokenize_with_holes(doc, holes, encode)
     targets: list[int] = []
     in_hole: list[bool] = []
@@ -171,7 +208,7 @@ def denoiser_example(
         targets += ids[cursor:a]
         in_hole += [False] * (a - cursor)
         # The hole's budget: its content, then positions whose target is pad.
-        content = ids[a:b] + [mc.pad_id] * rng.randint(0, cfg.max_pad_budget)
+        content = ids[a:b] + [mc.pad_id] * rng.randint(0, _pad_budget(b - a, rng, cfg))
         targets += content
         in_hole += [True] * len(content)
         cursor = b
@@ -182,7 +219,7 @@ def denoiser_example(
     masked, w = mask_exactly(positions, t, rng)
     weights = [w if p in masked else 0.0 for p in range(len(targets))]
     inputs = [mc.mask_id if p in masked else x for p, x in enumerate(targets)]
-    return Example(inputs, targets, weights, "holes")
+    return Example(inputs, targets, weights, "template" if template else "holes")
 
 
 def fim_example(
@@ -536,7 +573,20 @@ def render_model_card(
         "masked diffusion: t ~ U(0,1), cross-entropy on masked positions weighted by 1/t; "
         f"{cfg['hole_fraction']:.0%} of rows corrupt hole-shaped spans (one mention of a "
         "repeated entity with another left visible, field values, sentences) with a pad budget "
-        f"of up to {cfg['max_pad_budget']} positions, the rest mask uniformly"
+        f"of up to {cfg['max_pad_budget']} positions"
+        + (
+            f" ({cfg['long_pad_prob']:.0%} of holes: up to {cfg['long_pad_budget']} or the "
+            "content's length, whichever is more)"
+            if cfg.get("long_pad_prob")
+            else ""
+        )
+        + (
+            f"; {cfg['template_prob']:.0%} of hole rows cut like a template (most sentences, "
+            "choices, JSON values and later mentions at once)"
+            if cfg.get("template_prob")
+            else ""
+        )
+        + ", the rest mask uniformly"
         if kind == "denoiser"
         else "next-token cross-entropy; "
         f"{cfg['fim_rate']:.0%} of rows in fill-in-the-middle PSM order with hole-shaped middles, "

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from gpu_worker.model import (
+    KVCache,
     ModelConfig,
     StencilTransformer,
     count_flops_per_token,
@@ -87,6 +88,40 @@ def test_denoiser_window_over_a_fresh_cache_equals_the_full_forward(tokenizer: S
     full, cache = model.forward_window(ids, write_cache=True)
     window, _ = model.forward_window(ids[:, 3:7], start=3, cache=cache)
     torch.testing.assert_close(window[0], full[0, 3:7], atol=1e-4, rtol=1e-4)
+
+
+@COPY_HEAD
+@torch.no_grad()
+def test_per_row_windows_equal_each_rows_own_window(tokenizer: StencilTokenizer, copy_dim: int) -> None:
+    """Rows stepping on their own positions (not contiguous) in one forward: a row's filler
+    positions keep the cache's keys, so its positions' logits are those of a forward of the
+    row alone over just those positions."""
+    model, ids = _model(tokenizer, copy_dim=copy_dim), _ids(tokenizer)
+    rows = torch.cat([ids, ids.flip(1)])  # [2, L]
+    _, cache = model.forward_window(rows, write_cache=True)
+    assert cache is not None
+    own = [torch.tensor([1, 2, 6]), torch.tensor([4, 5])]  # each row's active positions
+    for b, p in enumerate(own):  # the rows moved on since the cache was written
+        rows[b, p] = tokenizer.special.mask
+    positions = torch.tensor([[1, 2, 6], [4, 5, 0]])  # row 1 filled up with position 0
+    filler = torch.tensor([[False, False, False], [False, False, True]])
+    batched, _ = model.forward_window(rows.gather(1, positions), positions=positions, cache=cache,
+                                      from_cache=filler)  # fmt: skip
+    one_row = [KVCache([k[b : b + 1] for k in cache.keys], [v[b : b + 1] for v in cache.values],
+                       None if cache.copy_keys is None else cache.copy_keys[b : b + 1],
+                       None if cache.ids is None else cache.ids[b : b + 1])
+               for b in range(2)]  # fmt: skip
+    for b, p in enumerate(own):
+        alone, _ = model.forward_window(rows[b : b + 1, p], positions=p[None], cache=one_row[b])
+        torch.testing.assert_close(batched[b, : len(p)], alone[0], atol=1e-4, rtol=1e-4)
+    # a run of positions is the contiguous window's forward
+    run, _ = model.forward_window(rows[:1, 3:6], start=3, cache=one_row[0])
+    as_positions, _ = model.forward_window(rows[:1, 3:6], positions=torch.tensor([[3, 4, 5]]),
+                                           cache=one_row[0])  # fmt: skip
+    torch.testing.assert_close(run, as_positions, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="inside the cache"):
+        model.forward_window(rows[:, :1], positions=torch.tensor([[0], [rows.shape[1]]]),
+                             cache=cache)  # fmt: skip
 
 
 @COPY_HEAD

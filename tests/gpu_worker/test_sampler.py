@@ -199,9 +199,12 @@ def test_temperature_zero_determinism(
     assert [i.canvas_sha256 for i in first.trace] == [i.canvas_sha256 for i in second.trace]
 
 
-def test_batched_equals_unbatched_without_cache(
-    tokenizer: StencilTokenizer, model: StencilTransformer
+@pytest.mark.parametrize("cache", ["none", "dual"])
+def test_batched_equals_unbatched(
+    tokenizer: StencilTokenizer, model: StencilTransformer, cache: str
 ) -> None:
+    """Rows of different lengths whose blocks start at different steps and places: with the
+    dual cache each row refreshes its own cache rows and steps on its own window."""
     canvases = [
         canvas_of(
             tokenizer, [{"text": "Dear "}, {"hole": "a", "max_tokens": 5}, {"text": ", hi."}]
@@ -216,7 +219,8 @@ def test_batched_equals_unbatched_without_cache(
         ),
         canvas_of(tokenizer, [{"text": "Ref "}, {"hole": "d", "max_tokens": 2}]),
     ]
-    config = SamplerConfig(temperature=0.7, commit_rule="threshold", threshold=0.5, block_length=4)
+    config = SamplerConfig(temperature=0.7, commit_rule="threshold", threshold=0.5, block_length=4,
+                           cache=cache)  # fmt: skip
     alone = [
         denoise(model, c, config, torch.Generator().manual_seed(i)) for i, c in enumerate(canvases)
     ]
@@ -225,6 +229,8 @@ def test_batched_equals_unbatched_without_cache(
     for a, b in zip(alone, together, strict=True):
         assert torch.equal(a.ids, b.ids)
         assert [i.committed for i in a.trace] == [i.committed for i in b.trace]
+        for x, y in zip(a.trace, b.trace, strict=True):  # the same probabilities, too
+            assert x.confidence == pytest.approx(y.confidence, rel=1e-4, abs=1e-6)
 
 
 def test_dual_cache_first_step_of_a_block_is_exact(
@@ -292,12 +298,16 @@ def test_eos_in_a_hole_ends_it_and_the_tail_is_stripped(
     start = canvas.holes[0].start
     config = SamplerConfig(commit_rule="threshold", threshold=0.99)
     result = denoise(ForcedEos(model, start + 2), canvas, config, torch.Generator())
-    # EOS is the surest token, but it waits until the positions before it are written.
-    eos_step = next(i for i, info in enumerate(result.trace) if start + 2 in info.committed)
-    before = {p for info in result.trace[:eos_step] for p in info.committed}
-    assert {start, start + 1} <= before
+    # EOS is the surest token, but it waits until the positions before it are written; it
+    # then ends the hole in the very pass that writes the last of them.
+    def step_of(position: int) -> int:
+        return next(i for i, info in enumerate(result.trace) if position in info.committed)
+
+    eos_step = step_of(start + 2)
+    assert eos_step == max(step_of(start), step_of(start + 1))
+    written = {p for info in result.trace[: eos_step + 1] for p in info.committed}
     tail = {start + 3, start + 4, start + 5}
-    assert set(result.trace[eos_step].padded) == tail - before  # the rest of the hole, at once
+    assert set(result.trace[eos_step].padded) == tail - written  # the rest of the hole, at once
     assert result.steps == eos_step + 1
     assert result.ids[start + 2 :].tolist()[:4] == [canvas.pad_id] * 4
     assert result.hole_texts["a"] == tokenizer.decode(result.ids[start : start + 2].tolist())

@@ -24,6 +24,7 @@ from gpu_worker.train import (
     model_config,
     pick_holes,
     repeated_spans,
+    template_holes,
     train,
 )
 
@@ -87,6 +88,42 @@ def test_copy_hole_leaves_another_mention_of_its_text_visible() -> None:
         visible = [s for s in doc.spans if doc.span_text(s) == text
                    and not any(h.start <= s.start and s.end <= h.end for h in holes)]  # fmt: skip
         assert visible, f"doc {index}: every mention of {text!r} is hidden"
+
+
+def test_template_rows_hole_the_body_and_keep_first_mentions_visible() -> None:
+    cut = 0
+    for index in range(40):
+        doc = document_at("train", index)
+        holes = template_holes(doc, random.Random(index))  # empty: the row falls back
+        cut += len(holes) >= 3
+        assert all(a.end <= b.start for a, b in zip(holes, holes[1:], strict=False))
+        for hole in holes:
+            assert hole.kind in ("sentence", "choice", "json_value", "entity")
+            if hole.kind == "entity":  # a later mention: an earlier one is left visible
+                earlier = [s for s in doc.spans if s.start < hole.start
+                           and doc.span_text(s) == doc.span_text(hole)]  # fmt: skip
+                assert any(not any(h.start <= s.start and s.end <= h.end for h in holes)
+                           for s in earlier)  # fmt: skip
+    assert cut >= 30  # most rows hole much of the document
+
+
+def test_long_pad_tails_reach_past_the_short_budget(corpus_tokenizer: StencilTokenizer) -> None:
+    """Half the holes may end in a pad tail as long as long_pad_budget (people leave room)."""
+    cfg = _cfg(hole_fraction=1.0, template_prob=0.0)
+    mc = model_config(cfg, corpus_tokenizer)
+    tails = []
+    for index in range(60):
+        ex = denoiser_example(document_at("train", index), corpus_tokenizer.encode,
+                              random.Random(index), cfg, mc)  # fmt: skip
+        run = 0
+        for target in ex.targets + [-1]:
+            if target == mc.pad_id:
+                run += 1
+            elif run:
+                tails.append(run)
+                run = 0
+    assert max(tails) > cfg.max_pad_budget
+    assert max(tails) <= max(cfg.long_pad_budget, mc.max_len)
 
 
 def test_fim_rows_put_the_middle_after_prefix_and_suffix(corpus_tokenizer: StencilTokenizer) -> None:
