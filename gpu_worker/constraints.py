@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -598,11 +599,12 @@ JSON_STRING_BODY = '[^"\\\\\\x00-\\x1f]'  # one character a JSON string may hold
 JSON_INTEGER = "-?(0|[1-9][0-9]*)"
 JSON_NUMBER = "-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?"
 DEFAULT_VALUE_TOKENS = {"string": 16, "integer": 6, "number": 10}
+_INTEGER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 _ANNOTATIONS = {"title", "description", "$schema", "$id", "examples", "default", "$comment"}
 _SUPPORTED_KEYS = {
     "object": {"type", "properties", "required", "additionalProperties"},
     "string": {"type", "minLength", "maxLength", "enum", "const"},
-    "integer": {"type", "enum", "const"},
+    "integer": {"type", "enum", "const", *_INTEGER_BOUNDS},
     "number": {"type", "enum", "const"},
     "boolean": {"type", "enum", "const"},
     "null": {"type"},
@@ -692,8 +694,77 @@ def _skeleton(
         out.append(SkeletonValue(path, {"pattern": JSON_STRING_BODY + bounds}, tokens))
         out.append(SkeletonText('"'))
     else:
-        pattern = JSON_INTEGER if kind == "integer" else JSON_NUMBER
-        out.append(SkeletonValue(path, {"pattern": pattern}, cap or DEFAULT_VALUE_TOKENS[kind]))
+        pattern = integer_schema_pattern(schema) if kind == "integer" else JSON_NUMBER
+        limits = [schema[k] for k in _INTEGER_BOUNDS if k in schema]
+        widest = max((len(str(abs(int(v)))) + 1 for v in limits), default=0)  # sign + digits
+        tokens = cap or max(DEFAULT_VALUE_TOKENS[kind], widest)
+        out.append(SkeletonValue(path, {"pattern": pattern}, tokens))
+
+
+def integer_schema_pattern(schema: dict[str, Any]) -> str:
+    """The regular expression of the JSON integers an integer schema's minimum / maximum
+    (and their exclusive forms) allow; JSON_INTEGER when it has no bound."""
+    low = high = None
+    if "minimum" in schema:
+        low = math.ceil(schema["minimum"])
+    if "exclusiveMinimum" in schema:
+        bound = math.floor(schema["exclusiveMinimum"]) + 1
+        low = bound if low is None else max(low, bound)
+    if "maximum" in schema:
+        high = math.floor(schema["maximum"])
+    if "exclusiveMaximum" in schema:
+        bound = math.ceil(schema["exclusiveMaximum"]) - 1
+        high = bound if high is None else min(high, bound)
+    if low is None and high is None:
+        return JSON_INTEGER
+    if low is not None and high is not None and low > high:
+        raise ValueError(f"integer schema {schema!r} allows no value")
+    return integer_range_pattern(low, high)
+
+
+def integer_range_pattern(low: int | None, high: int | None) -> str:
+    """A regular expression matching exactly the integers low..high written as JSON writes
+    them (no leading zeros, "-" for negatives, never "-0"); a None bound is open."""
+    parts: list[str] = []
+    if low is None or low < 0:  # negatives: "-" then a magnitude
+        smallest = 1 if high is None or high >= 0 else -high
+        magnitudes = _magnitudes(smallest, None if low is None else -low)
+        parts += ["-" + m for m in magnitudes]
+    if high is None or high >= 0:
+        parts += _magnitudes(max(0, low if low is not None else 0), high)
+    return "(" + "|".join(parts) + ")"
+
+
+def _magnitudes(low: int, high: int | None) -> list[str]:
+    """Patterns of the naturals low..high (high None: no upper bound), no leading zeros."""
+    if high is None:
+        digits = len(str(low))
+        return [*_natural_range(low, 10**digits - 1), f"[1-9][0-9]{{{digits},}}"]
+    return _natural_range(low, high)
+
+
+def _natural_range(low: int, high: int) -> list[str]:
+    """Patterns, one per run of equal-length numbers, covering low..high (0 <= low)."""
+    if low > high:
+        return []
+    a, b = str(low), str(high)
+    if len(a) < len(b):
+        return _natural_range(low, 10 ** len(a) - 1) + _natural_range(10 ** len(a), high)
+    i = next((k for k in range(len(a)) if a[k] != b[k]), len(a))
+    if i == len(a):
+        return [a]
+    rest = len(a) - i - 1
+    prefix, tail = a[:i], "[0-9]" * rest
+    if a[i + 1 :] == "0" * rest and b[i + 1 :] == "9" * rest:  # a whole digit class
+        return [prefix + _digit_class(a[i], b[i]) + tail]
+    parts = _natural_range(low, int(prefix + a[i] + "9" * rest))
+    if int(b[i]) - int(a[i]) > 1:
+        parts.append(prefix + _digit_class(str(int(a[i]) + 1), str(int(b[i]) - 1)) + tail)
+    return parts + _natural_range(int(prefix + b[i] + "0" * rest), high)
+
+
+def _digit_class(first: str, last: str) -> str:
+    return first if first == last else f"[{first}-{last}]"
 
 
 __all__ = [
@@ -705,6 +776,8 @@ __all__ = [
     "TokenTable",
     "build_choices",
     "check_pattern",
+    "integer_range_pattern",
+    "integer_schema_pattern",
     "parse_pattern",
     "pattern_constraint",
     "pattern_fullmatch",

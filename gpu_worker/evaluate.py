@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from gpu_worker.backends import LoadedModel, load_backend
-from gpu_worker.constraints import JSON_INTEGER, JSON_STRING_BODY
+from gpu_worker.constraints import JSON_STRING_BODY, integer_schema_pattern
 from gpu_worker.corpus import SPACE_PREFIX, Document, Span, document_at, tokenize_with_holes
 from gpu_worker.model import StencilTransformer
 
@@ -91,7 +91,7 @@ def _json_constraint(span: Span) -> dict[str, Any]:
     if schema.get("type") == "boolean":
         return {"choices": ["true", "false"]}
     if schema.get("type") == "integer":
-        return {"pattern": JSON_INTEGER}
+        return {"pattern": integer_schema_pattern(schema)}
     if "pattern" in schema:
         return {"pattern": schema["pattern"]}
     return {"pattern": f"{JSON_STRING_BODY}{{{int(schema.get('minLength', 0))},}}"}

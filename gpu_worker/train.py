@@ -644,10 +644,11 @@ def render_model_card(
         f"- Small ({summary['parameters'] / 1e6:.1f}M parameters, "
         f"{sum(p['train_seconds'] for p in training_phases(summary)) / 3600:.1f} hours of CPU "
         "training): it can invent names, dates and amounts; copying an entity from elsewhere in",
-        "  the document is imperfect, and it often runs past a name's end into the hole's spare",
-        "  room (see the metrics and `bench/eval/SAMPLES.md`).",
-        "- Free prose is weak: whole sentences drift, repeat words and borrow phrasing from other",
-        "  document kinds. Use it for fields and short spans; review every sentence it writes.",
+        "  the document is imperfect, and it sometimes cuts a name short or runs past its end",
+        "  (see the metrics and `bench/eval/SAMPLES.md`).",
+        "- Free prose is weak: sentences mostly keep to the document's kind, but they repeat names",
+        "  and phrases and now and then borrow from another kind. Use it for fields and short",
+        "  spans; review every sentence it writes.",
         "- Arithmetic (an invoice total) is not computed, only guessed from context.",
         "- Output is provisional until a person accepts it.",
         "",
@@ -696,6 +697,11 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
                    f"--seed {cfg['seed']} --copy-dim {cfg.get('copy_dim', 0)}")  # fmt: skip
         if phase.get("precision") == "fp32":
             command += " --no-bf16"
+        if phase["kind"] == "denoiser":  # corruption recipes added later ran at 0 before
+            for key in ("long_pad_prob", "template_prob"):
+                value = cfg.get(key, 0.0)
+                if value != getattr(TrainConfig, key):
+                    command += f" --{key.replace('_', '-')} {value}"
         if n:
             command += f" --init-from models/{out.name}"
         resumes = phase.get("phases") or [phase["steps"]]
@@ -747,6 +753,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ffn", type=int, default=TrainConfig.ffn_hidden)
     parser.add_argument("--copy-dim", type=int, default=TrainConfig.copy_dim)
     parser.add_argument("--eval-every", type=int, default=TrainConfig.eval_every)
+    parser.add_argument("--long-pad-prob", type=float, default=TrainConfig.long_pad_prob,
+                        help="denoiser: share of holes with a long pad tail (see TrainConfig)")
+    parser.add_argument("--template-prob", type=float, default=TrainConfig.template_prob,
+                        help="denoiser: share of hole rows cut like a template")
     parser.add_argument("--no-bf16", action="store_true", help="train in float32")
     parser.add_argument("--checkpoint", type=Path, help="default var/train/<out name>/ckpt.pt")
     parser.add_argument("--init-from", type=Path,
@@ -766,7 +776,8 @@ def main(argv: list[str] | None = None) -> None:
     cfg = TrainConfig(
         kind=args.kind, seed=args.seed, batch_size=args.batch_size, d_model=args.d_model,
         n_layers=args.layers, n_heads=args.heads, ffn_hidden=args.ffn, copy_dim=args.copy_dim,
-        eval_every=args.eval_every,
+        eval_every=args.eval_every, long_pad_prob=args.long_pad_prob,
+        template_prob=args.template_prob,
     )  # fmt: skip
     checkpoint = args.checkpoint or Path("var/train") / args.out.name / "ckpt.pt"
     previous = _previous_training(args.init_from) if args.init_from else None

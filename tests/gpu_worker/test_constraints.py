@@ -16,6 +16,7 @@ from gpu_worker.constraints import (
     SkeletonValue,
     build_choices,
     check_pattern,
+    integer_range_pattern,
     parse_pattern,
     pattern_fullmatch,
     schema_skeleton,
@@ -171,7 +172,9 @@ def test_schema_skeleton_locks_keys_and_punctuation() -> None:
     ("schema", "message"),
     [
         ({"type": "array"}, "not supported"),
-        ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}, "minimum"),
+        ({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 5}}},
+         "multipleOf"),
+        ({"type": "integer", "minimum": 5, "maximum": 4}, "allows no value"),
         ({"type": "object", "properties": {"a": {"type": "array"}}}, "not supported"),
         ({"type": "object", "properties": {"a": {"type": "strin"}}}, "invalid JSON Schema"),
     ],
@@ -179,3 +182,34 @@ def test_schema_skeleton_locks_keys_and_punctuation() -> None:
 def test_unsupported_schemas_are_rejected(schema: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         schema_skeleton(schema, hole="data")
+
+
+BOUND = st.none() | st.integers(-100_000, 100_000)
+
+
+@settings(max_examples=60, deadline=None)
+@given(BOUND, BOUND, st.lists(st.integers(-200_000, 200_000), max_size=40))
+def test_integer_range_patterns_match_exactly_the_integers_in_range(
+    low: int | None, high: int | None, probes: list[int]
+) -> None:
+    if low is not None and high is not None and low > high:
+        low, high = high, low
+    pattern = integer_range_pattern(low, high)
+    edges = [b + d for b in (low, high, 0) if b is not None for d in (-1, 0, 1)]
+    for n in probes + edges:
+        inside = (low is None or n >= low) and (high is None or n <= high)
+        assert pattern_fullmatch(pattern, str(n)) == inside, (pattern, n)
+    for text in ("-0", "007", "+1", "", "1.0"):  # not how JSON writes an integer
+        assert not pattern_fullmatch(pattern, text)
+
+
+def test_an_integer_schema_with_bounds_becomes_a_range_pattern() -> None:
+    (value,) = schema_skeleton({"type": "integer", "minimum": 20000, "maximum": 300000},
+                               hole="salary")  # fmt: skip
+    assert isinstance(value, SkeletonValue)
+    assert pattern_fullmatch(value.constraint["pattern"], "145000")
+    assert not pattern_fullmatch(value.constraint["pattern"], "42")
+    (open_ended,) = schema_skeleton({"type": "integer", "exclusiveMinimum": 0}, hole="n")
+    assert isinstance(open_ended, SkeletonValue)
+    assert not pattern_fullmatch(open_ended.constraint["pattern"], "0")
+    assert pattern_fullmatch(open_ended.constraint["pattern"], "123456789")

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_worker.canvas import Canvas, parse_canvas
-from gpu_worker.config import SamplerConfig
+from gpu_worker.config import CacheMode, SamplerConfig
 from gpu_worker.model import StencilTransformer
 from gpu_worker.sampler import StepInfo, canvas_sha256, denoise, denoise_batch, plan_blocks
 from gpu_worker.tokenizer import StencilTokenizer
@@ -201,7 +201,7 @@ def test_temperature_zero_determinism(
 
 @pytest.mark.parametrize("cache", ["none", "dual"])
 def test_batched_equals_unbatched(
-    tokenizer: StencilTokenizer, model: StencilTransformer, cache: str
+    tokenizer: StencilTokenizer, model: StencilTransformer, cache: CacheMode
 ) -> None:
     """Rows of different lengths whose blocks start at different steps and places: with the
     dual cache each row refreshes its own cache rows and steps on its own window."""
