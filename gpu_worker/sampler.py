@@ -571,14 +571,17 @@ def _defer_early_ends(row: _Row, decision: _Decision) -> None:
     ``held``), so where a hole ends is decided after what it says; the hole's earliest masked
     position is never deferred. See :func:`_release_ends` for the threshold rules."""
     ends = row.canvas.terminators()
+    first: dict[int, int] = {}  # hole -> its first masked position, looked up once
     for i, (position, token) in enumerate(
         zip(decision.positions.tolist(), decision.tokens.tolist(), strict=True)
     ):
         if token not in ends:
             continue
         hole_index = row.hole_at[position]
+        if hole_index not in first:
+            first[hole_index] = _first_masked(row, hole_index)
         if row.canvas.holes[hole_index].constraint is None and (
-            0 <= _first_masked(row, hole_index) < position
+            0 <= first[hole_index] < position
         ):
             decision.held[i] = float(decision.score[i])
             decision.score[i] = -math.inf
@@ -657,8 +660,9 @@ def _select(decision: _Decision, quota: int, config: SamplerConfig) -> torch.Ten
     return passing.nonzero().squeeze(-1)
 
 
-def _passes(score: torch.Tensor, config: SamplerConfig) -> torch.Tensor:
-    """[n] bool: the scores sure enough for a threshold / margin / entropy rule."""
+def _passes(score: torch.Tensor | float, config: SamplerConfig) -> Any:
+    """[n] bool (or one bool for a float): the scores sure enough for a threshold / margin /
+    entropy rule."""
     if config.commit_rule == "entropy":
         return -score <= config.entropy_threshold
     return score >= config.threshold
@@ -674,7 +678,7 @@ def _release_ends(
     committing = {int(decision.positions[i]) for i in picked}
     for i in sorted(decision.held, key=lambda j: int(decision.positions[j])):
         position = int(decision.positions[i])
-        if not bool(_passes(torch.tensor(decision.held[i]), config)):
+        if not _passes(decision.held[i], config):
             continue
         hole = row.canvas.holes[row.hole_at[position]]
         span = torch.arange(hole.start, position, device=row.x.device)
