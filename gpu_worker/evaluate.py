@@ -522,9 +522,9 @@ def write_samples(
             index += 1
         case = sample_case(doc, denoiser.tokenizer.encode)
         outcome = infill_request(denoiser, case.request(seed), config=config)
-        exact = sum(outcome.holes.get(h.name, "").strip() == h.target.strip() for h in case.holes)
         lines += [f"## {kind} (test seed {doc.seed})", "",
-                  f"{len(case.holes)} holes, {exact} written exactly as the original, "
+                  f"{len(case.holes)} holes, {_exact_holes(case, outcome.holes)} written exactly "
+                  "as the original, "
                   f"{outcome.forward_passes} forward passes, "
                   f"{outcome.timings.get('total', 0.0):.2f} s, violations: {len(outcome.violations)}.",
                   "", "```text", _marked(doc, case, outcome.holes), "```", "",
@@ -532,8 +532,8 @@ def write_samples(
                   "", "</details>", ""]  # fmt: skip
         if ar is not None:
             fill = infill_request_ar(ar, case.request(seed), config=config)
-            exact = sum(fill.holes.get(h.name, "").strip() == h.target.strip() for h in case.holes)
-            lines += [f"<details><summary>AR-FIM: {exact} of {len(case.holes)} holes exact, "
+            lines += [f"<details><summary>AR-FIM: {_exact_holes(case, fill.holes)} of "
+                      f"{len(case.holes)} holes exact, "
                       f"{fill.forward_passes} forward passes, "
                       f"{fill.timings.get('total', 0.0):.2f} s</summary>", "", "```text",
                       _marked(doc, case, fill.holes), "```", "", "</details>", ""]  # fmt: skip
@@ -541,6 +541,11 @@ def write_samples(
     out.mkdir(parents=True, exist_ok=True)
     (out / "SAMPLES.md").write_text(text)
     return text
+
+
+def _exact_holes(case: Case, holes: dict[str, str]) -> int:
+    """How many of the case's holes ``holes`` fills exactly as the original (spaces aside)."""
+    return sum(holes.get(h.name, "").strip() == h.target.strip() for h in case.holes)
 
 
 def _marked(doc: Document, case: Case, holes: dict[str, str]) -> str:

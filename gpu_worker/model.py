@@ -87,7 +87,7 @@ def rope_tables(max_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor
 
 
 def apply_rope(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
-    """Rotate x [B, H, W, D] by its positions' rotation [W, D/2] or [B, 1, W, D/2] (complex
+    """Rotate x [B, H, W, D] by its positions' rotation [B or 1, 1, W, D/2] (complex
     cos + i sin): each pair (x[2i], x[2i+1]) is a complex number times its rotation."""
     pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
     return torch.view_as_real(pairs * rotation).flatten(-2).to(x.dtype)
@@ -124,7 +124,7 @@ class Attention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,  # [B, W, C]
-        rotation: torch.Tensor,  # [W, D/2] or [B, 1, W, D/2] complex, see apply_rope
+        rotation: torch.Tensor,  # [B or 1, 1, W, D/2] complex, see apply_rope
         attn_mask: torch.Tensor | None,  # [B, 1, W, Lk] bool, True = may attend
         past: tuple[torch.Tensor, torch.Tensor] | None,  # cached [B, H, Lc, D] each
         window: Window,
@@ -336,17 +336,16 @@ class StencilTransformer(nn.Module):
             )
         if cache is None and (window.positions is not None or window.start != 0):
             raise ValueError(f"start={window.start} or positions need a cache")
-        if window.positions is not None:
-            if cache is None or window.last(w) > cache.length or int(window.positions.min()) < 0:
-                raise ValueError("per-row positions must lie inside the cache")
-            # a table row per query position: [B, 1, W, D/2]
-            cos = self.rope_cos[window.positions][:, None]  # type: ignore[index]  # a buffer
-            sin = self.rope_sin[window.positions][:, None]  # type: ignore[index]
-        else:
-            cos = self.rope_cos[window.start : window.start + w]  # type: ignore[index]
-            sin = self.rope_sin[window.start : window.start + w]  # type: ignore[index]
-        rotation = torch.complex(cos, sin)
-        attn_mask = self._attention_mask(b, w, total, window, attention_mask, ids.device)
+        if window.positions is not None and (
+            cache is None or window.last(w) > cache.length or int(window.positions.min()) < 0
+        ):
+            raise ValueError("per-row positions must lie inside the cache")
+        positions = window.absolute(w, ids.device)  # [B or 1, W]
+        rotation = torch.complex(
+            self.rope_cos[positions],  # type: ignore[index]  # a registered buffer
+            self.rope_sin[positions],  # type: ignore[index]
+        )[:, None]  # [B or 1, 1, W, D/2]: one table row per query position
+        attn_mask = self._attention_mask(b, total, positions, attention_mask, ids.device)
         x = self.embed(ids)
         keys: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
@@ -361,15 +360,14 @@ class StencilTransformer(nn.Module):
     def _attention_mask(
         self,
         b: int,
-        w: int,
         total: int,
-        window: Window,
+        positions: torch.Tensor,  # [B or 1, W] the queries' absolute positions
         attention_mask: torch.Tensor | None,
         device: torch.device,
     ) -> torch.Tensor | None:
         """Bool [B, 1, W, total]: True where a query may attend to a key."""
         allowed: torch.Tensor | None = None
-        q_pos = window.absolute(w, device)[:, :, None]  # [B or 1, W, 1]
+        q_pos = positions[:, :, None]  # [B or 1, W, 1]
         k_pos = torch.arange(total, device=device)[None, None, :]  # [1, 1, total]
         if self.config.causal:
             allowed = (k_pos <= q_pos)[:, None]  # [B or 1, 1, W, total]

@@ -343,22 +343,32 @@ def _block_outputs(
         rows[b].blocks[rows[b].block] if b is not None else torch.zeros(1, dtype=torch.long)
         for b in stepping
     ]
-    width = max(int(block.numel()) for block in blocks)
-    outputs = torch.zeros((len(blocks), width), dtype=torch.long, device=device)
-    wheres = []
-    for i, block in enumerate(blocks):
-        block = block.to(device)
-        outputs[i, : block.numel()] = block  # the rest reads position 0 again, unused
-        wheres.append(_where(block, length))
+    outputs, _, wheres = _stack_blocks(blocks, length, device)
     return outputs, wheres
 
 
-def _where(block: torch.Tensor, length: int) -> torch.Tensor:
-    """[length]: the logits row of each of ``block``'s positions when the block's positions,
-    in order, are a forward's outputs (-1 elsewhere)."""
-    where = torch.full((length,), -1, dtype=torch.long, device=block.device)
-    where[block] = torch.arange(block.numel(), device=block.device)
-    return where
+def _stack_blocks(
+    blocks: list[torch.Tensor], length: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """Rows' block positions as one [A, W] tensor (W the largest block), each row filled up
+    with positions outside its block; the [A, W] filler mask; each row's ``where`` [length]:
+    the output row of each of its block's positions (-1 elsewhere)."""
+    width = max(int(block.numel()) for block in blocks)
+    positions = torch.empty((len(blocks), width), dtype=torch.long, device=device)
+    filler = torch.zeros((len(blocks), width), dtype=torch.bool, device=device)
+    wheres = []
+    for i, block in enumerate(blocks):
+        block, n = block.to(device), int(block.numel())
+        positions[i, :n] = block
+        if n < width:
+            outside = torch.ones(length, dtype=torch.bool, device=device)
+            outside[block] = False
+            positions[i, n:] = outside.nonzero().squeeze(-1)[: width - n]
+            filler[i, n:] = True
+        where = torch.full((length,), -1, dtype=torch.long, device=device)
+        where[block] = torch.arange(n, device=device)
+        wheres.append(where)
+    return positions, filler, wheres
 
 
 def _window_forward(
@@ -370,21 +380,10 @@ def _window_forward(
     cache: Any,
 ) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     """One window forward of the ``stepping`` rows' active blocks: row -> (logits, where)."""
-    device, length = ids.device, ids.shape[1]
+    device = ids.device
     blocks = [rows[b].blocks[rows[b].block] for b in stepping]  # ascending positions each
-    width = max(int(block.numel()) for block in blocks)
-    positions = torch.empty((len(stepping), width), dtype=torch.long, device=device)
-    filler = torch.zeros((len(stepping), width), dtype=torch.bool, device=device)
-    wheres = []
-    for i, block in enumerate(blocks):
-        n = int(block.numel())
-        positions[i, :n] = block
-        if n < width:  # positions outside the block, which keep their cached keys
-            outside = torch.ones(length, dtype=torch.bool, device=device)
-            outside[block] = False
-            positions[i, n:] = outside.nonzero().squeeze(-1)[: width - n]
-            filler[i, n:] = True
-        wheres.append(_where(block, length))
+    # filler positions lie outside a row's block and keep their cached keys and values
+    positions, filler, wheres = _stack_blocks(blocks, ids.shape[1], device)
     index = torch.tensor(stepping, device=device)
     if len(stepping) < len(rows):
         cache = _read_rows(cache, index)
