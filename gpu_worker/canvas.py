@@ -32,7 +32,7 @@ from gpu_worker.constraints import (
     schema_skeleton,
     token_table,
 )
-from gpu_worker.tokenizer import StencilTokenizer
+from gpu_worker.tokenizer import StencilTokenizer, encode_before_word
 
 HoleConstraint = PatternConstraint | ChoiceConstraint
 FORCED_PREFIX = " "  # a locked text's trailing space moves into the next hole's first token
@@ -296,7 +296,8 @@ def _tokenize(
             pending += item.text
             continue
         prefix = FORCED_PREFIX if pending.endswith(FORCED_PREFIX) else ""
-        _append_locked(pending[: len(pending) - len(prefix)], tokenizer, ids, protect)
+        _append_locked(pending[: len(pending) - len(prefix)], tokenizer, ids, protect,
+                       before_hole=True)  # fmt: skip
         pending = ""
         constraint, length = _hole_constraint(item, tokenizer, table, prefix)
         _check_fits(len(ids) + length, max_len)
@@ -331,9 +332,16 @@ def _check_fits(needed: int, max_len: int) -> None:
 
 
 def _append_locked(
-    text: str, tokenizer: StencilTokenizer, ids: list[int], protect: list[bool]
+    text: str,
+    tokenizer: StencilTokenizer,
+    ids: list[int],
+    protect: list[bool],
+    *,
+    before_hole: bool = False,
 ) -> None:
-    tokens = tokenizer.encode(text)
+    """Append locked text's tokens; before a hole, as the text tokenizes in a document where
+    the hole's words follow it (see :func:`encode_before_word`)."""
+    tokens = encode_before_word(tokenizer.encode, text) if before_hole else tokenizer.encode(text)
     if tokenizer.decode(tokens) != text:
         raise ValueError(f"locked text {text!r} does not survive tokenization byte-identically")
     ids.extend(tokens)

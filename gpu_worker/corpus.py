@@ -27,6 +27,7 @@ from datetime import date, timedelta
 from typing import Any, Literal
 
 from gpu_worker.phrases import BANKS, Bank, is_held_out
+from gpu_worker.tokenizer import encode_before_word
 
 Split = Literal["train", "val", "test"]
 SpanKind = Literal["entity", "date", "number", "choice", "json_value", "sentence", "field"]
@@ -596,14 +597,22 @@ def document_pieces(doc: Document) -> list[str]:
 
 
 def tokenize_with_holes(
-    doc: Document, holes: list[Span], encode: Callable[[str], list[int]]
+    doc: Document,
+    holes: list[Span],
+    encode: Callable[[str], list[int]],
+    *,
+    document_boundaries: bool = True,
 ) -> tuple[list[int], list[tuple[int, int]]]:
     """Token ids of ``doc`` with cuts at the holes' boundaries only, and each hole's token
     range ``[start, end)``, in the order given; holes must not overlap.
 
-    This is how a Canvas tokenizes: each run of locked text in one piece, each hole apart,
-    and a space just before a hole moved into it (the Canvas's forced prefix), so a hole's
-    first token carries its leading space (" Smith").
+    This is how a Canvas tokenizes: each run of locked text in one piece (before a hole, as
+    it tokenizes with a word after it, see :func:`encode_before_word`), each hole apart, and a
+    space just before a hole moved into it (the Canvas's forced prefix), so a hole's first
+    token carries its leading space (" Smith"). With its own text in every hole that is the
+    document's own tokenization wherever the holes start and end at word boundaries.
+    ``document_boundaries=False`` tokenizes locked text before a hole on its own, as Canvases
+    did before (training phases that ran then are reproduced with it).
     """
     order = sorted(range(len(holes)), key=lambda i: holes[i].start)
     ids: list[int] = []
@@ -613,7 +622,9 @@ def tokenize_with_holes(
         a, b = _cut(doc.text, holes[i].start), _cut(doc.text, holes[i].end)
         if a < cursor:
             raise ValueError(f"hole {holes[i].name!r} overlaps an earlier hole")
-        ids.extend(encode(doc.text[cursor:a]) if a > cursor else [])
+        locked = doc.text[cursor:a]
+        if locked:
+            ids.extend(encode_before_word(encode, locked) if document_boundaries else encode(locked))
         first = len(ids)
         ids.extend(encode(doc.text[a:b]) if b > a else [])
         ranges[i] = (first, len(ids))

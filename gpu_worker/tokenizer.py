@@ -5,7 +5,7 @@ Special tokens are looked up by name from the trained ``tokenizer.json``; no id 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,3 +88,21 @@ class StencilTokenizer:
     def token_text(self, token_id: int) -> str:
         """The decoded text of one token ('' for a special token)."""
         return self.decode([token_id])
+
+
+WORD_PROBE = "a"  # stands for the word that follows text tokenized by encode_before_word
+
+
+def encode_before_word(encode: Callable[[str], list[int]], text: str) -> list[int]:
+    """Token ids of ``text`` as it tokenizes when a word follows it (locked text before a hole).
+
+    Byte-level BPE splits trailing whitespace by what comes next: "\n\n" at the end of a
+    string is one token, before a word it is "\n", "\n", and documents only ever show the
+    second. Where the probe word would merge into the text (it ends mid-word), the text's own
+    tokens.
+    """
+    if text:
+        probed = encode(text + WORD_PROBE)
+        if probed[-1:] == encode(WORD_PROBE):
+            return probed[:-1]
+    return encode(text)

@@ -84,6 +84,10 @@ class TrainConfig:
     # tails keeps writing to fill a long budget.
     long_pad_prob: float = 0.5
     long_pad_budget: int = 36
+    # Hole rows tokenize locked text before a hole as documents do (a blank line before a hole
+    # is "\n", "\n", as before a word), which is how a Canvas tokenizes it. Phases that ran
+    # before this existed tokenized that text on its own ("\n\n", one token): False.
+    document_boundaries: bool = True
     min_t: float = 1e-3  # t ~ U(min_t, 1): 1/t stays finite
     fim_rate: float = 0.9  # AR-FIM: share of rows in PSM order
     suffix_cut_prob: float = 0.5  # AR-FIM: share of FIM rows whose suffix is cut short
@@ -200,7 +204,8 @@ def denoiser_example(
         return Example(inputs, ids, weights, "uniform")
     template = rng.random() < cfg.template_prob
     holes = (template and template_holes(doc, rng)) or pick_holes(doc, rng, cfg)
-    ids, ranges = tokenize_with_holes(doc, holes, encode)
+    ids, ranges = tokenize_with_holes(doc, holes, encode,
+                                      document_boundaries=cfg.document_boundaries)  # fmt: skip
     targets: list[int] = []
     in_hole: list[bool] = []
     cursor = 0
@@ -229,7 +234,8 @@ def fim_example(
         seq = (encode(doc.text) + [mc.eos_id])[: cfg.max_len + 1]
         return _next_token_example(seq, "plain")
     holes = pick_holes(doc, rng, cfg)[:1]
-    ids, ranges = tokenize_with_holes(doc, holes, encode)
+    ids, ranges = tokenize_with_holes(doc, holes, encode,
+                                      document_boundaries=cfg.document_boundaries)  # fmt: skip
     a, b = ranges[0]
     suffix = ids[b:]
     if suffix and rng.random() < cfg.suffix_cut_prob:
@@ -702,6 +708,8 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
                 value = cfg.get(key, 0.0)
                 if value != getattr(TrainConfig, key):
                     command += f" --{key.replace('_', '-')} {value}"
+        if not cfg.get("document_boundaries", False):
+            command += " --segment-boundaries"
         if n:
             command += f" --init-from models/{out.name}"
         resumes = phase.get("phases") or [phase["steps"]]
@@ -758,6 +766,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--template-prob", type=float, default=TrainConfig.template_prob,
                         help="denoiser: share of hole rows cut like a template")
     parser.add_argument("--no-bf16", action="store_true", help="train in float32")
+    parser.add_argument("--segment-boundaries", action="store_true",
+                        help="hole rows tokenize locked text before a hole on its own "
+                             "(how phases before TrainConfig.document_boundaries ran)")  # fmt: skip
     parser.add_argument("--checkpoint", type=Path, help="default var/train/<out name>/ckpt.pt")
     parser.add_argument("--init-from", type=Path,
                         help="start from this model directory's weights (new modules seeded)")
@@ -777,7 +788,7 @@ def main(argv: list[str] | None = None) -> None:
         kind=args.kind, seed=args.seed, batch_size=args.batch_size, d_model=args.d_model,
         n_layers=args.layers, n_heads=args.heads, ffn_hidden=args.ffn, copy_dim=args.copy_dim,
         eval_every=args.eval_every, long_pad_prob=args.long_pad_prob,
-        template_prob=args.template_prob,
+        template_prob=args.template_prob, document_boundaries=not args.segment_boundaries,
     )  # fmt: skip
     checkpoint = args.checkpoint or Path("var/train") / args.out.name / "ckpt.pt"
     previous = _previous_training(args.init_from) if args.init_from else None

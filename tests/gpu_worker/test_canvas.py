@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import random
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gpu_worker.canvas import parse_canvas
 from gpu_worker.constraints import ChoiceConstraint, PatternConstraint
+from gpu_worker.corpus import document_at
 from gpu_worker.tokenizer import StencilTokenizer
 
 MAX_LEN = 160
@@ -68,6 +72,38 @@ def test_a_canvas_whose_holes_hold_the_original_text_tokenizes_like_the_original
         return
     canvas = parse({"segments": segments}, tokenizer)
     assert canvas.filled_ids(fills, tokenizer) == tokenizer.encode(sentence)
+
+
+@functools.cache
+def shipped_tokenizer() -> StencilTokenizer:
+    root = Path(__file__).resolve().parents[2]
+    return StencilTokenizer.from_file(root / "models" / "stencil-denoiser" / "tokenizer.json")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 400), st.randoms(use_true_random=False))
+def test_a_corpus_document_holed_at_its_spans_tokenizes_like_the_original(
+    index: int, rnd: random.Random
+) -> None:
+    """Holes after a blank line, a colon, a bracket or a space: with the original text in
+    them, the canvas has the document's own tokens (the shipped tokenizer, real documents)."""
+    tokenizer = shipped_tokenizer()
+    doc = document_at("test", index)
+    segments: list[dict[str, Any]] = []
+    fills: dict[str, str] = {}
+    cursor = 0
+    for span in sorted(doc.spans, key=lambda s: s.start):
+        if span.start < cursor or span.end == span.start or rnd.random() < 0.5:
+            continue
+        segments.append({"text": doc.text[cursor : span.start]})
+        name = f"h{len(fills)}"
+        fills[name] = doc.text[span.start : span.end]
+        segments.append({"hole": name, "max_tokens": len(tokenizer.encode(fills[name])) + 2})
+        cursor = span.end
+    segments.append({"text": doc.text[cursor:]})
+    assume(fills)
+    canvas = parse({"segments": [s for s in segments if s.get("text") != ""]}, tokenizer, 2048)
+    assert canvas.filled_ids(fills, tokenizer) == tokenizer.encode(doc.text)
 
 
 @settings(max_examples=40, deadline=None)

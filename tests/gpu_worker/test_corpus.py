@@ -151,6 +151,23 @@ def test_hole_token_ranges_decode_to_the_span_with_its_leading_space(
         assert decoded.startswith(" ") == (doc.text[span.start - 1] == " ")
 
 
+@given(index=st.integers(min_value=0, max_value=5000), keep=st.integers(1, 2**16))
+@settings(max_examples=40, deadline=None)
+def test_holed_rows_tokenize_like_the_whole_document(index: int, keep: int) -> None:
+    """What training rows show the model around a hole is what documents show it: a blank
+    line before a hole is "\n", "\n" there too, never the "\n\n" of a string's end."""
+    root = Path(__file__).resolve().parents[2]
+    tokenizer = StencilTokenizer.from_file(root / "models" / "stencil-denoiser" / "tokenizer.json")
+    doc = document_at("test", index)
+    holes, end = [], 0
+    for i, span in enumerate(sorted(doc.spans, key=lambda s: s.start)):
+        if span.start >= end and span.end > span.start and keep >> (i % 16) & 1:
+            holes.append(span)
+            end = span.end
+    ids, _ = tokenize_with_holes(doc, holes, tokenizer.encode)
+    assert ids == tokenizer.encode(doc.text)
+
+
 def test_stats_cli_prints_pattern_counts_and_a_document_per_kind(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -202,7 +202,9 @@ def test_a_continuation_adds_a_copy_head_and_its_card_adds_up_both_phases(
     tokenizer_file: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "models" / "tiny-denoiser"
-    first = _tiny_cli(out, tokenizer_file, tmp_path / "a.pt", "--copy-dim", "0")
+    first = _tiny_cli(out, tokenizer_file, tmp_path / "a.pt", "--copy-dim", "0",
+                      "--segment-boundaries")  # fmt: skip
+    assert first["config"]["document_boundaries"] is False
     before = load_file(str(out / "model.safetensors"))
     cfg = replace(TrainConfig(kind="denoiser"), **{**TINY, "d_model": 32, "n_heads": 2, "copy_dim": 8})  # type: ignore[arg-type]
     model = StencilTransformer(model_config(cfg, StencilTokenizer.from_file(tokenizer_file)))
@@ -217,6 +219,7 @@ def test_a_continuation_adds_a_copy_head_and_its_card_adds_up_both_phases(
     assert f"{first['tokens'] + second['tokens']:,}" in card  # tokens of both phases
     assert "phase 1" in card and "phase 2" in card
     assert "--copy-dim 0" in card and "--copy-dim 8 --no-bf16 --init-from" in card
+    assert card.count("--segment-boundaries") == 1  # the first phase's recipe, not the second's
 
 
 def test_initial_weights_of_another_architecture_are_refused(tokenizer_file: Path, tmp_path: Path) -> None:
