@@ -17,7 +17,7 @@ from typing import Any, Literal, get_args
 CommitRule = Literal["even", "threshold", "margin", "entropy"]
 RemaskPolicy = Literal["none", "low_confidence"]
 Precision = Literal["fp32", "bf16"]
-CacheMode = Literal["none", "dual"]
+CacheMode = Literal["none", "dual", "delayed"]
 BlockScope = Literal["canvas", "hole"]
 
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -80,8 +80,11 @@ class SamplerConfig:
     # Arithmetic of the forward pass: fp32, or bf16 under torch.autocast.
     precision: Precision = "fp32"
     # "dual": a KV cache of every position, refreshed once per block; the steps inside a
-    # block recompute only the block's window (Fast-dLLM dual cache). "none": exact, a full
-    # forward pass at every step.
+    # block recompute only the block's window (Fast-dLLM dual cache). "delayed": the dual
+    # cache, but a step recomputes only the block's masked positions and the tokens committed
+    # (or padded) in the step before, and writes their keys and values back (dKV-Cache's
+    # delayed caching): fewer positions per step, one more approximation. "none": exact, a
+    # full forward pass at every step.
     cache: CacheMode = "none"
 
     def __post_init__(self) -> None:
@@ -179,9 +182,13 @@ def _check_range(
 
 
 PRESETS: dict[str, SamplerConfig] = {
-    # Many tokens per forward pass: a low threshold and the dual cache.
-    "fast": SamplerConfig(commit_rule="threshold", threshold=0.7, block_length=32, cache="dual"),
-    # The default: Fast-dLLM's threshold with the dual cache.
+    # Many tokens per forward pass: a low threshold and the delayed cache (bench/sampler: the
+    # same EM as the dual cache at 0.7 and 0.9, 10-20% less wall time).
+    "fast": SamplerConfig(
+        commit_rule="threshold", threshold=0.7, block_length=32, cache="delayed"
+    ),
+    # The default: Fast-dLLM's threshold with the dual cache, whose texts match uncached
+    # decoding more often than the delayed cache's do (bench/sampler, "Cache: share ...").
     "balanced": SamplerConfig(
         commit_rule="threshold", threshold=0.9, block_length=32, cache="dual"
     ),

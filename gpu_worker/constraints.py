@@ -492,6 +492,7 @@ class PatternConstraint:
         node = parse_pattern(pattern)
         self.dfa = CharAutomaton(Concat((literal_node(prefix), node)) if prefix else node)
         self._moves: dict[int, list[tuple[int, int]]] = {}
+        self._move_arrays: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._allowed: dict[tuple[int, int], torch.Tensor] = {}
         self._dist = self._token_distances()
 
@@ -558,9 +559,15 @@ class PatternConstraint:
         """Bool [V]: tokens allowed at the next position with ``remaining`` positions left."""
         key = (state, remaining)
         if key not in self._allowed:
+            if state not in self._move_arrays:  # each move's token and its finishing distance
+                moves = self.moves(state)
+                self._move_arrays[state] = (
+                    torch.tensor([t for t, _ in moves], dtype=torch.long),
+                    torch.tensor([self.min_tokens(nxt) for _, nxt in moves], dtype=torch.float64),
+                )
+            ids, distance = self._move_arrays[state]
             mask = torch.zeros(self.table.vocab_size, dtype=torch.bool)
-            ids = [t for t, nxt in self.moves(state) if self.min_tokens(nxt) <= remaining - 1]
-            mask[ids] = True
+            mask[ids[distance <= remaining - 1]] = True
             if self.dfa.accepting(state):
                 mask[list(self.table.terminators)] = True
             self._allowed[key] = mask

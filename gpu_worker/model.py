@@ -87,7 +87,7 @@ def rope_tables(max_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor
 
 
 def apply_rope(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
-    """Rotate x [B, H, W, D] by its positions' rotation [B or 1, 1, W, D/2] (complex
+    """Rotate x [..., B, H, W, D] by its positions' rotation [B or 1, 1, W, D/2] (complex
     cos + i sin): each pair (x[2i], x[2i+1]) is a complex number times its rotation."""
     pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
     return torch.view_as_real(pairs * rotation).flatten(-2).to(x.dtype)
@@ -130,8 +130,9 @@ class Attention(nn.Module):
         window: Window,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         b, w, c = x.shape
-        q, k, v = self.qkv(x).view(b, w, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k = apply_rope(q, rotation), apply_rope(k, rotation)  # [B, H, W, D]
+        qkv = self.qkv(x).view(b, w, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k = apply_rope(qkv[:2], rotation)  # [B, H, W, D] each, rotated in one call
+        v = qkv[2]
         if past is not None:
             k = _splice(past[0], k, window)
             v = _splice(past[1], v, window)

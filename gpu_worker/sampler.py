@@ -5,9 +5,10 @@ The loop, per canvas (several canvases advance in lockstep in one batch):
 1. Plan blocks: the hole positions, in canvas order, cut into blocks of ``block_length``
    (a ``choices`` hole is never cut). Blocks are decoded left to right; attention stays
    bidirectional over the whole canvas, so a block sees the locked text on its right.
-2. Each step: one forward pass (full, or with the dual cache only the active block's window),
-   then :func:`_commit_step` picks which masked positions of the active block to commit under
-   the commit rule, optionally re-masks a few unsure ones, and enforces the protect mask.
+2. Each step: one forward pass (full; with the dual cache only the active block's window;
+   with delayed caching only the block's masked positions and last step's changes), then
+   :func:`_commit_step` picks which masked positions of the active block to commit under the
+   commit rule, optionally re-masks a few unsure ones, and enforces the protect mask.
 3. A block ends when nothing in it is masked; the request ends when no block is left, when
    ``should_stop()`` says so (cancelled: nothing is committed after), or when the step budget
    is down to one pass, which commits everything left (a flush).
@@ -90,7 +91,9 @@ class _Row:
     blocks: list[torch.Tensor]  # [n_b] long positions of each block
     confidence: torch.Tensor  # [L] float probability at commit time (nan = never)
     remasks: torch.Tensor  # [L] long times each position was re-masked
-    free_vocab: torch.Tensor  # [V] bool, the canvas's free_vocab on the model's device
+    vocab: torch.Tensor  # [S, V] bool: the distinct static token sets (see _vocab_table)
+    vocab_of: torch.Tensor  # [L] long: each position's set in ``vocab``
+    cached_ids: torch.Tensor  # [L] long: the ids the row's cache rows were computed on
     pattern_state: dict[int, int] = field(default_factory=dict)  # hole -> automaton state
     block: int = 0
     block_steps: int = 0
@@ -189,8 +192,10 @@ def _check_inputs(
             )
         if canvas.length > max_len:
             raise ValueError(f"canvas length {canvas.length} exceeds max_len={max_len}")
-    if config.cache == "dual" and not hasattr(model, "forward_window"):
-        raise ValueError("cache='dual' needs a model with forward_window(); use cache='none'")
+    if config.cache != "none" and not hasattr(model, "forward_window"):
+        raise ValueError(
+            f"cache={config.cache!r} needs a model with forward_window(); use cache='none'"
+        )
 
 
 def model_int(model: torch.nn.Module, name: str) -> int:
@@ -236,6 +241,7 @@ def plan_blocks(canvas: Canvas, config: SamplerConfig) -> list[torch.Tensor]:
 def _new_row(
     canvas: Canvas, generator: torch.Generator, x: torch.Tensor, config: SamplerConfig
 ) -> _Row:
+    vocab, vocab_of = _vocab_table(canvas, config)
     row = _Row(
         canvas=canvas,
         generator=generator,
@@ -244,7 +250,9 @@ def _new_row(
         blocks=[b.to(x.device) for b in plan_blocks(canvas, config)],
         confidence=torch.full((canvas.length,), math.nan, device=x.device),
         remasks=torch.zeros(canvas.length, dtype=torch.long, device=x.device),
-        free_vocab=canvas.free_vocab.to(x.device),
+        vocab=vocab.to(x.device),
+        vocab_of=vocab_of.to(x.device),
+        cached_ids=x.clone(),
     )
     for i, hole in enumerate(canvas.holes):
         if isinstance(hole.constraint, PatternConstraint):
@@ -280,16 +288,18 @@ def _forward(
     active: list[int],
     cache: Any,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], Any]:
-    """Per active row (in ``active`` order) its logits [W, V] (float32) and ``where`` [L]:
-    the logits row of each canvas position (-1 = not computed); and the dual cache.
+    """Per active row (in ``active`` order) its logits [K, V] (float32) and ``where`` [L]:
+    the logits row of each canvas position the step reads (-1 = not computed); and the cache.
+
+    A step reads the logits of its active block's masked positions only (every position
+    when it flushes), so the output head runs on those alone.
 
     Without the cache, one full forward of the active rows, cut to their longest canvas.
-    With the dual cache (it keeps every row of the batch, so its tensors stay aligned):
-    rows starting a block (or flushing) run a full forward that rewrites their cache rows,
-    and the others one window forward of their active block's positions only (Fast-dLLM's
-    dual cache: locked text between a block's holes, and every other position, is read from
-    the cache). A row with a smaller block fills its window with positions that keep the
-    cache's keys and values, so it sees what it would see alone.
+    With a cache (it keeps every row of the batch, so its tensors stay aligned): rows
+    starting a block (or flushing) run a full forward that rewrites their cache rows, and
+    the others one window forward (see :func:`_window_forward`). A row with a smaller window
+    fills it with positions that keep the cache's keys and values, so it sees what it would
+    see alone.
     """
     windowed: Any = model  # forward_window is outside the minimal backend protocol
     out: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -318,13 +328,22 @@ def _forward(
             )
             cache = fresh if everyone else _write_rows(cache, index, fresh)
             for i, b in enumerate(chosen):
+                rows[b].cached_ids = rows[b].x.clone()
                 if b in refresh:
                     rows[b].needs_refresh = False
                     out[b] = (logits[i], wheres[i])
         stepping = [b for b in active if b not in out]
         if stepping:
-            out.update(_window_forward(windowed, ids, attention, rows, stepping, cache))
+            stepped, cache = _window_forward(windowed, ids, attention, rows, stepping, cache,
+                                             delayed=config.cache == "delayed")  # fmt: skip
+            out.update(stepped)
     return [_synced(out[b][0]) for b in active], [out[b][1] for b in active], cache
+
+
+def _masked_in_block(row: _Row) -> torch.Tensor:
+    """[n] ascending masked positions of the row's active block: what its step reads."""
+    block = row.blocks[row.block]
+    return block[row.x[block] == row.canvas.mask_id]
 
 
 def _block_outputs(
@@ -334,41 +353,58 @@ def _block_outputs(
     config: SamplerConfig,
     device: torch.device,
 ) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
-    """For a full forward: the positions [len(stepping), K] whose logits the step reads (each
-    row's active block; None = every position, when a row flushes) and each row's ``where``.
-    A None in ``stepping`` is a row that runs without a step (its outputs are position 0)."""
+    """For a full forward: the positions [len(stepping), K] whose logits the steps read (each
+    row's masked block positions; None = every position, when a row flushes) and each row's
+    ``where``. A None in ``stepping`` is a row that runs without a step (no outputs read)."""
     if any(b is not None and _is_flush(rows[b], config) for b in stepping):
         return None, [torch.arange(length, device=device)] * len(stepping)
-    blocks = [
-        rows[b].blocks[rows[b].block] if b is not None else torch.zeros(1, dtype=torch.long)
-        for b in stepping
-    ]
-    outputs, _, wheres = _stack_blocks(blocks, length, device)
+    empty = torch.zeros(0, dtype=torch.long, device=device)
+    reads = [_masked_in_block(rows[b]) if b is not None else empty for b in stepping]
+    return _read_map(reads, None, length, device)
+
+
+def _read_map(
+    reads: list[torch.Tensor],
+    windows: list[torch.Tensor] | None,
+    length: int,
+    device: torch.device,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The output indices [A, K] of each row's ``reads`` (ascending positions) in its window
+    (ascending positions; None = the whole sequence, where a position is its own index),
+    filled up by repeating a row's first; and each row's ``where`` [length]: the output row of
+    each read position (-1 elsewhere)."""
+    width = max(1, max(int(read.numel()) for read in reads))
+    outputs = torch.zeros((len(reads), width), dtype=torch.long, device=device)
+    wheres = []
+    for i, read in enumerate(reads):
+        n = int(read.numel())
+        where = torch.full((length,), -1, dtype=torch.long, device=device)
+        if n:
+            at = read if windows is None else torch.searchsorted(windows[i], read)
+            outputs[i, :n] = at
+            outputs[i, n:] = at[0]
+            where[read] = torch.arange(n, device=device)
+        wheres.append(where)
     return outputs, wheres
 
 
-def _stack_blocks(
-    blocks: list[torch.Tensor], length: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
-    """Rows' block positions as one [A, W] tensor (W the largest block), each row filled up
-    with positions outside its block; the [A, W] filler mask; each row's ``where`` [length]:
-    the output row of each of its block's positions (-1 elsewhere)."""
-    width = max(int(block.numel()) for block in blocks)
-    positions = torch.empty((len(blocks), width), dtype=torch.long, device=device)
-    filler = torch.zeros((len(blocks), width), dtype=torch.bool, device=device)
-    wheres = []
-    for i, block in enumerate(blocks):
-        block, n = block.to(device), int(block.numel())
-        positions[i, :n] = block
+def _stack_windows(
+    windows: list[torch.Tensor], length: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows' window positions as one [A, W] tensor (W the widest window), each row filled up
+    with positions outside its window; and the [A, W] filler mask."""
+    width = max(int(window.numel()) for window in windows)
+    positions = torch.empty((len(windows), width), dtype=torch.long, device=device)
+    filler = torch.zeros((len(windows), width), dtype=torch.bool, device=device)
+    for i, window in enumerate(windows):
+        n = int(window.numel())
+        positions[i, :n] = window
         if n < width:
             outside = torch.ones(length, dtype=torch.bool, device=device)
-            outside[block] = False
+            outside[window] = False
             positions[i, n:] = outside.nonzero().squeeze(-1)[: width - n]
             filler[i, n:] = True
-        where = torch.full((length,), -1, dtype=torch.long, device=device)
-        where[block] = torch.arange(n, device=device)
-        wheres.append(where)
-    return positions, filler, wheres
+    return positions, filler
 
 
 def _window_forward(
@@ -378,23 +414,47 @@ def _window_forward(
     rows: list[_Row],
     stepping: list[int],
     cache: Any,
-) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-    """One window forward of the ``stepping`` rows' active blocks: row -> (logits, where)."""
+    *,
+    delayed: bool,
+) -> tuple[dict[int, tuple[torch.Tensor, torch.Tensor]], Any]:
+    """One window forward of the ``stepping`` rows: row -> (logits, where), and the cache.
+
+    ``dual`` (Fast-dLLM): the window is the row's active block, every other position is
+    read from the cache written when the block began. ``delayed`` (dKV-Cache's delayed
+    caching): the window is the block's masked positions plus every position whose token
+    changed since its cache entry was written (a token committed or padded last step); their
+    keys and values are written back, so a committed token is recomputed once, in the step
+    after its commit, and read from the cache after that.
+    """
     device = ids.device
-    blocks = [rows[b].blocks[rows[b].block] for b in stepping]  # ascending positions each
-    # filler positions lie outside a row's block and keep their cached keys and values
-    positions, filler, wheres = _stack_blocks(blocks, ids.shape[1], device)
+    reads = [_masked_in_block(rows[b]) for b in stepping]
+    if delayed:
+        windows = []
+        for b, read in zip(stepping, reads, strict=True):
+            row = rows[b]
+            stale = (row.x != row.cached_ids).nonzero().squeeze(-1)
+            windows.append(torch.cat([read, stale]).unique())  # sorted
+    else:
+        windows = [rows[b].blocks[rows[b].block] for b in stepping]  # ascending each
+    # filler positions lie outside a row's window and keep their cached keys and values
+    positions, filler = _stack_windows(windows, ids.shape[1], device)
+    outputs, wheres = _read_map(reads, windows, ids.shape[1], device)
     index = torch.tensor(stepping, device=device)
-    if len(stepping) < len(rows):
-        cache = _read_rows(cache, index)
-    logits, _ = windowed.forward_window(
+    everyone = len(stepping) == len(rows)
+    logits, fresh = windowed.forward_window(
         ids[index].gather(1, positions),
         positions=positions,
-        cache=cache,
+        cache=cache if everyone else _read_rows(cache, index),
         attention_mask=attention[index],
         from_cache=filler if bool(filler.any()) else None,
+        write_cache=delayed,
+        outputs=outputs,
     )
-    return {b: (logits[i], wheres[i]) for i, b in enumerate(stepping)}
+    if delayed:
+        cache = fresh if everyone else _write_rows(cache, index, fresh)
+        for b, window in zip(stepping, windows, strict=True):
+            rows[b].cached_ids[window] = rows[b].x[window]
+    return {b: (logits[i], wheres[i]) for i, b in enumerate(stepping)}, cache
 
 
 def _read_rows(cache: Any, index: torch.Tensor) -> Any:
@@ -538,30 +598,42 @@ def _first_masked(row: _Row, hole_index: int) -> int:
     return hole.start + int(span.nonzero()[0]) if bool(span.any()) else -1
 
 
-def _allowed(row: _Row, positions: torch.Tensor, config: SamplerConfig) -> torch.Tensor:
-    """[n, V] bool: tokens each position may take.
-
-    With ``stop_on_eos`` a free hole's first position never takes EOS / pad: a hole asked
-    for is never left empty.
-    """
-    canvas = row.canvas
-    allowed = row.free_vocab.expand(positions.numel(), -1).clone()  # [n, V]
+def _allowed(row: _Row, positions: torch.Tensor) -> torch.Tensor:
+    """[n, V] bool: tokens each position may take (see :func:`_vocab_table`); a pattern
+    hole's row comes from its automaton's state."""
+    allowed = row.vocab[row.vocab_of[positions]]  # [n, V], a copy
     for i, position in enumerate(positions.tolist()):
         hole_index = row.hole_at[position]
-        hole = canvas.holes[hole_index]
-        if isinstance(hole.constraint, PatternConstraint):
-            remaining = hole.end - position
+        constraint = row.canvas.holes[hole_index].constraint
+        if isinstance(constraint, PatternConstraint):
             state = row.pattern_state[hole_index]
-            allowed[i] = hole.constraint.allowed(state, remaining).to(allowed.device)
-            continue
-        if position in canvas.allowed:
-            allowed[i] = canvas.allowed[position].to(allowed.device)
-        if config.stop_on_eos and position == hole.start and hole.constraint is None:
-            content = allowed[i].clone()
+            remaining = row.canvas.holes[hole_index].end - position
+            allowed[i] = constraint.allowed(state, remaining).to(allowed.device)
+    return allowed
+
+
+def _vocab_table(canvas: Canvas, config: SamplerConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct static token sets [S, V] bool of the canvas's positions, and the set of
+    each position [L] (a pattern hole's positions are decided per step, see :func:`_allowed`).
+
+    A free position may take the canvas's free vocabulary; a position with a forced prefix
+    only tokens that start with it. With ``stop_on_eos`` a free hole's first position never
+    takes EOS / pad: a hole asked for is never left empty.
+    """
+    sets = [canvas.free_vocab]
+    index = torch.zeros(canvas.length, dtype=torch.long)
+    for position, tokens in canvas.allowed.items():
+        sets.append(tokens)
+        index[position] = len(sets) - 1
+    for hole in canvas.holes:
+        if config.stop_on_eos and hole.constraint is None:
+            position = hole.start
+            content = sets[int(index[position])].clone()
             content[list(canvas.terminators())] = False
             if bool(content.any()):
-                allowed[i] = content
-    return allowed
+                sets.append(content)
+                index[position] = len(sets) - 1
+    return torch.stack(sets), index
 
 
 def _defer_early_ends(row: _Row, decision: _Decision) -> None:
@@ -597,7 +669,7 @@ def _propose(
     if positions.numel() == 0:
         return None
     scores = logits[where[positions]]  # [n, V]
-    allowed = _allowed(row, positions, config)
+    allowed = _allowed(row, positions)
     if scores.shape[-1] > allowed.shape[-1]:  # a model vocabulary wider than the canvas's
         pad = allowed.new_zeros((allowed.shape[0], scores.shape[-1] - allowed.shape[-1]))
         allowed = torch.cat([allowed, pad], dim=-1)

@@ -24,7 +24,7 @@ configs = st.builds(
     remask_budget=st.integers(0, 4),
     stop_on_eos=st.booleans(),
     precision=st.sampled_from(["fp32", "bf16"]),
-    cache=st.sampled_from(["none", "dual"]),
+    cache=st.sampled_from(["none", "dual", "delayed"]),
 )
 
 

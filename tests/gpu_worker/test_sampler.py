@@ -72,7 +72,7 @@ sampler_configs = st.builds(
     remask_budget=st.integers(0, 2),
     remask_below=st.sampled_from([0.3, 1.0]),
     stop_on_eos=st.booleans(),
-    cache=st.sampled_from(["none", "dual"]),
+    cache=st.sampled_from(["none", "dual", "delayed"]),
 )
 
 
@@ -199,7 +199,7 @@ def test_temperature_zero_determinism(
     assert [i.canvas_sha256 for i in first.trace] == [i.canvas_sha256 for i in second.trace]
 
 
-@pytest.mark.parametrize("cache", ["none", "dual"])
+@pytest.mark.parametrize("cache", ["none", "dual", "delayed"])
 def test_batched_equals_unbatched(
     tokenizer: StencilTokenizer, model: StencilTransformer, cache: CacheMode
 ) -> None:
@@ -243,6 +243,36 @@ def test_dual_cache_first_step_of_a_block_is_exact(
     cached = denoise(model, canvas, base.replace(cache="dual"), torch.Generator())
     assert exact.trace[0].committed == cached.trace[0].committed
     assert exact.steps == cached.steps == 6  # 2 blocks x 3 steps, one forward each
+
+
+class WindowLog(StencilTransformer):
+    """The real model, noting how many positions each window forward recomputes."""
+
+    widths: list[int]
+
+    def forward_window(self, ids: torch.Tensor, **kwargs: Any) -> Any:
+        self.widths.append(int(ids.shape[1]) if kwargs.get("positions") is not None else -1)
+        return super().forward_window(ids, **kwargs)
+
+
+@pytest.mark.parametrize("cache", ["dual", "delayed"])
+def test_a_cached_step_recomputes_its_window(
+    tokenizer: StencilTokenizer, model: StencilTransformer, cache: CacheMode
+) -> None:
+    """One token per step in a 6-position block: the dual cache recomputes the whole block
+    each step; delayed caching the positions still masked plus the one committed last."""
+    logged = WindowLog(model.config)
+    logged.load_state_dict(model.state_dict())
+    logged.eval().widths = []
+    canvas = canvas_of(tokenizer, [{"text": "Dear "}, {"hole": "a", "max_tokens": 6},
+                                   {"text": " at the clinic."}])  # fmt: skip
+    config = SamplerConfig(commit_rule="even", steps_per_block=6, block_length=6, cache=cache,
+                           stop_on_eos=False)  # fmt: skip
+    result = denoise(logged, canvas, config, torch.Generator())
+    assert [len(info.committed) for info in result.trace] == [1] * 6
+    expected = [6] * 5 if cache == "dual" else [6, 5, 4, 3, 2]  # -1 = a full forward
+    assert logged.widths == [-1] + expected
+    assert validate(canvas, result.ids, tokenizer) == []
 
 
 def test_cancellation_stops_within_one_step_and_commits_nothing_after(
