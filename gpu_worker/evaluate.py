@@ -286,6 +286,18 @@ def ar_nll(loaded: LoadedModel, case: Case) -> float:
     return float(F.cross_entropy(logits, torch.tensor(mid)))
 
 
+def judged_nll(judge: LoadedModel, text: str) -> float:
+    """Mean NLL per token (nats) of ``text`` read left to right by the AR model, as the plain
+    rows it was trained on (no FIM sentinels, EOS last): how much a document reads like the
+    corpus to it. Lower is more typical; it favours AR-FIM's own fills."""
+    net = judge.network
+    assert isinstance(net, StencilTransformer)
+    ids = (judge.tokenizer.encode(text) + [net.config.eos_id])[: net.config.max_len + 1]
+    with torch.no_grad():
+        logits = net(torch.tensor([ids[:-1]])).float()[0]
+    return float(F.cross_entropy(logits, torch.tensor(ids[1:])))
+
+
 # -- running -----------------------------------------------------------------------------------------
 @dataclass
 class Score:
@@ -498,10 +510,13 @@ def write_samples(
     seed: int = 0,
     sampler: dict[str, Any] | None = None,
     ar_dir: Path | None = None,
+    judge_per_kind: int = 5,
 ) -> str:
     """``SAMPLES.md``: one test document of each kind written by the denoiser (the default
     preset with ``sampler`` overrides), each hole's text marked, beside the original and, with
-    ``ar_dir``, the same holes filled by AR-FIM. Returns the Markdown."""
+    ``ar_dir``, the same holes filled by AR-FIM, and a table of how typical the documents
+    read over ``judge_per_kind`` documents of each kind (see :func:`judged_nll`). Returns the
+    Markdown."""
     from gpu_worker.ar import infill_request_ar
     from gpu_worker.config import config_from_overrides
     from gpu_worker.corpus import KINDS
@@ -516,31 +531,73 @@ def write_samples(
              "sentence, choice and JSON value and every later mention of a repeated entity; text",
              "written by a model is between ⟦ and ⟧. Under each: the original and AR-FIM's fill.",
              "Command: `python -m gpu_worker.evaluate --samples`.", ""]  # fmt: skip
+    header = len(lines)  # the judged table goes after the header, before the documents
     index = 0
     for kind in KINDS:
         while (doc := document_at("test", index)).kind != kind:
             index += 1
         case = sample_case(doc, denoiser.tokenizer.encode)
         outcome = infill_request(denoiser, case.request(seed), config=config)
+        written = _marked(doc, case, outcome.holes, marks=False)
+        nll = (judged_nll(ar, doc.text), judged_nll(ar, written)) if ar is not None else None
         lines += [f"## {kind} (test seed {doc.seed})", "",
                   f"{len(case.holes)} holes, {_exact_holes(case, outcome.holes)} written exactly "
                   "as the original, "
                   f"{outcome.forward_passes} forward passes, "
-                  f"{outcome.timings.get('total', 0.0):.2f} s, violations: {len(outcome.violations)}.",
+                  f"{outcome.timings.get('total', 0.0):.2f} s, violations: {len(outcome.violations)}"
+                  + (f", AR-judged NLL/token {nll[1]:.2f} (original {nll[0]:.2f})." if nll else "."),
                   "", "```text", _marked(doc, case, outcome.holes), "```", "",
                   "<details><summary>original</summary>", "", "```text", doc.text, "```",
                   "", "</details>", ""]  # fmt: skip
-        if ar is not None:
+        if ar is not None and nll is not None:
             fill = infill_request_ar(ar, case.request(seed), config=config)
+            ar_nll_doc = judged_nll(ar, _marked(doc, case, fill.holes, marks=False))
             lines += [f"<details><summary>AR-FIM: {_exact_holes(case, fill.holes)} of "
                       f"{len(case.holes)} holes exact, "
                       f"{fill.forward_passes} forward passes, "
-                      f"{fill.timings.get('total', 0.0):.2f} s</summary>", "", "```text",
+                      f"{fill.timings.get('total', 0.0):.2f} s, AR-judged NLL/token "
+                      f"{ar_nll_doc:.2f}</summary>", "", "```text",
                       _marked(doc, case, fill.holes), "```", "", "</details>", ""]  # fmt: skip
+    if ar is not None and judge_per_kind:
+        lines[header:header] = _judged_table(denoiser, ar, config, judge_per_kind, seed)
     text = "\n".join(lines)
     out.mkdir(parents=True, exist_ok=True)
     (out / "SAMPLES.md").write_text(text)
     return text
+
+
+def _judged_table(
+    denoiser: LoadedModel, ar: LoadedModel, config: Any, per_kind: int, seed: int
+) -> list[str]:
+    """Markdown: per kind, the mean AR-judged NLL/token of the first ``per_kind`` test
+    documents as written, as the denoiser fills them and as AR-FIM fills them."""
+    from gpu_worker.ar import infill_request_ar
+    from gpu_worker.corpus import KINDS
+    from gpu_worker.infill import infill_request
+
+    table = [f"How typical the documents read: mean NLL per token (nats) of the whole text, "
+             f"read left to right by AR-FIM, over {per_kind} test documents of each kind "
+             "holed as below (lower is more typical; the judge favours its own fills).", "",
+             "| kind | original | denoiser | AR-FIM |", "|---|---|---|---|"]  # fmt: skip
+    totals = [0.0, 0.0, 0.0]
+    for kind in KINDS:
+        sums, found, index = [0.0, 0.0, 0.0], 0, 0
+        while found < per_kind:
+            doc = document_at("test", index)
+            index += 1
+            if doc.kind != kind:
+                continue
+            found += 1
+            case = sample_case(doc, denoiser.tokenizer.encode)
+            d = infill_request(denoiser, case.request(seed), config=config).holes
+            a = infill_request_ar(ar, case.request(seed), config=config).holes
+            texts = (doc.text, _marked(doc, case, d, marks=False), _marked(doc, case, a, marks=False))
+            for i, text in enumerate(texts):
+                sums[i] += judged_nll(ar, text) / per_kind
+        table.append(f"| {kind} | {sums[0]:.2f} | {sums[1]:.2f} | {sums[2]:.2f} |")
+        totals = [t + x / len(KINDS) for t, x in zip(totals, sums, strict=True)]
+    table += [f"| **mean** | {totals[0]:.2f} | {totals[1]:.2f} | {totals[2]:.2f} |", ""]
+    return table
 
 
 def _exact_holes(case: Case, holes: dict[str, str]) -> int:
@@ -548,11 +605,12 @@ def _exact_holes(case: Case, holes: dict[str, str]) -> int:
     return sum(holes.get(h.name, "").strip() == h.target.strip() for h in case.holes)
 
 
-def _marked(doc: Document, case: Case, holes: dict[str, str]) -> str:
-    """The document with each hole's text from ``holes`` between ⟦ and ⟧."""
+def _marked(doc: Document, case: Case, holes: dict[str, str], *, marks: bool = True) -> str:
+    """The document with each hole's text from ``holes`` (between ⟦ and ⟧ with ``marks``)."""
     marked, cursor = [], 0
+    left, right = ("⟦", "⟧") if marks else ("", "")
     for hole in sorted(case.holes, key=lambda h: h.span.start):
-        marked += [doc.text[cursor : hole.span.start], f"⟦{holes.get(hole.name, '')}⟧"]
+        marked += [doc.text[cursor : hole.span.start], f"{left}{holes.get(hole.name, '')}{right}"]
         cursor = hole.span.end
     marked.append(doc.text[cursor:])
     return "".join(marked)
@@ -571,11 +629,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="write the metrics into each model's MODEL_CARD.md")  # fmt: skip
     parser.add_argument("--samples", action="store_true",
                         help="only write SAMPLES.md: one whole document of each kind")  # fmt: skip
+    parser.add_argument("--judge-per-kind", type=int, default=5,
+                        help="--samples: documents per kind in the AR-judged table")  # fmt: skip
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.samples:
         print(write_samples(args.denoiser, args.out, sampler=json.loads(args.sampler),
-                            ar_dir=args.ar))  # fmt: skip
+                            ar_dir=args.ar, judge_per_kind=args.judge_per_kind))  # fmt: skip
         return
     kinds = tuple(k for k in args.kinds.split(",") if k)
     results = evaluate(args.denoiser, args.ar, per_kind=args.per_kind, kinds=kinds,

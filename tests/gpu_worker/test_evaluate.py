@@ -8,15 +8,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_worker.corpus import iter_split
+from gpu_worker.backends import load_backend
+from gpu_worker.corpus import KINDS, document_at, iter_split
 from gpu_worker.evaluate import (
     HOLE_KINDS,
     build_cases,
     evaluate,
     is_valid,
+    judged_nll,
     locked_preserved,
     markdown_table,
     write_report,
+    write_samples,
 )
 from gpu_worker.model import ModelConfig, StencilTransformer, save_model
 from gpu_worker.tokenizer import StencilTokenizer
@@ -94,3 +97,31 @@ def test_tiny_models_run_end_to_end_and_keep_locked_text(
     write_report(results, tmp_path / "eval")
     assert (tmp_path / "eval" / "exact_match.png").is_file()
     assert "| entity_right | 1 |" in markdown_table(results)
+
+
+def test_samples_show_every_kind_beside_ar_fim_with_the_judged_table(
+    corpus_tokenizer: StencilTokenizer, tmp_path: Path
+) -> None:
+    denoiser = _save(tmp_path / "d", corpus_tokenizer, "denoiser")
+    ar = _save(tmp_path / "a", corpus_tokenizer, "ar_fim")
+    text = write_samples(denoiser, tmp_path / "eval", sampler={"max_steps": 4}, ar_dir=ar,
+                         judge_per_kind=1)  # fmt: skip
+    assert (tmp_path / "eval" / "SAMPLES.md").read_text() == text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "|---" not in line]
+    assert [row.split(" | ")[0].removeprefix("| ") for row in rows] == [
+        "kind", *KINDS, "**mean**"
+    ]
+    for row in rows[1:]:
+        assert all(float(cell) > 0 for cell in row.strip("| ").split(" | ")[1:])
+    for kind in KINDS:
+        assert f"## {kind} (test seed" in text
+    assert text.count("<details><summary>AR-FIM:") == len(KINDS)
+
+
+def test_the_shipped_ar_judge_finds_a_real_document_more_typical_than_its_words_shuffled() -> None:
+    judge = load_backend(Path(__file__).resolve().parents[2] / "models" / "stencil-ar-fim")
+    for index in range(3):
+        text = document_at("test", index).text
+        words = text.split(" ")
+        shuffled = " ".join(words[1::2] + words[::2])
+        assert judged_nll(judge, text) + 1.0 < judged_nll(judge, shuffled)
