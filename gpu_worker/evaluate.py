@@ -27,7 +27,7 @@ import json
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,14 @@ import torch.nn.functional as F
 
 from gpu_worker.backends import LoadedModel, load_backend
 from gpu_worker.constraints import JSON_STRING_BODY, integer_schema_pattern
-from gpu_worker.corpus import SPACE_PREFIX, Document, Span, document_at, tokenize_with_holes
+from gpu_worker.corpus import (
+    SPACE_PREFIX,
+    Document,
+    Span,
+    Split,
+    document_at,
+    tokenize_with_holes,
+)
 from gpu_worker.model import StencilTransformer
 
 HOLE_KINDS = (
@@ -532,72 +539,72 @@ def write_samples(
              "written by a model is between ⟦ and ⟧. Under each: the original and AR-FIM's fill.",
              "Command: `python -m gpu_worker.evaluate --samples`.", ""]  # fmt: skip
     header = len(lines)  # the judged table goes after the header, before the documents
-    index = 0
+    judged = ar is not None and judge_per_kind > 0
+    table = [f"How typical the documents read: mean NLL per token (nats) of the whole text, "
+             f"read left to right by AR-FIM, over {judge_per_kind} test documents of each kind "
+             "holed as below (lower is more typical; the judge favours its own fills).", "",
+             "| kind | original | denoiser | AR-FIM |", "|---|---|---|---|"]  # fmt: skip
+    totals = [0.0, 0.0, 0.0]
     for kind in KINDS:
-        while (doc := document_at("test", index)).kind != kind:
-            index += 1
-        case = sample_case(doc, denoiser.tokenizer.encode)
-        outcome = infill_request(denoiser, case.request(seed), config=config)
-        written = _marked(doc, case, outcome.holes, marks=False)
-        nll = (judged_nll(ar, doc.text), judged_nll(ar, written)) if ar is not None else None
-        lines += [f"## {kind} (test seed {doc.seed})", "",
-                  f"{len(case.holes)} holes, {_exact_holes(case, outcome.holes)} written exactly "
-                  "as the original, "
-                  f"{outcome.forward_passes} forward passes, "
-                  f"{outcome.timings.get('total', 0.0):.2f} s, violations: {len(outcome.violations)}"
-                  + (f", AR-judged NLL/token {nll[1]:.2f} (original {nll[0]:.2f})." if nll else "."),
-                  "", "```text", _marked(doc, case, outcome.holes), "```", "",
-                  "<details><summary>original</summary>", "", "```text", doc.text, "```",
-                  "", "</details>", ""]  # fmt: skip
-        if ar is not None and nll is not None:
-            fill = infill_request_ar(ar, case.request(seed), config=config)
-            ar_nll_doc = judged_nll(ar, _marked(doc, case, fill.holes, marks=False))
-            lines += [f"<details><summary>AR-FIM: {_exact_holes(case, fill.holes)} of "
-                      f"{len(case.holes)} holes exact, "
-                      f"{fill.forward_passes} forward passes, "
-                      f"{fill.timings.get('total', 0.0):.2f} s, AR-judged NLL/token "
-                      f"{ar_nll_doc:.2f}</summary>", "", "```text",
-                      _marked(doc, case, fill.holes), "```", "", "</details>", ""]  # fmt: skip
-    if ar is not None and judge_per_kind:
-        lines[header:header] = _judged_table(denoiser, ar, config, judge_per_kind, seed)
+        sums = [0.0, 0.0, 0.0]
+        for n, doc in enumerate(_first_of_kind("test", kind, judge_per_kind if judged else 1)):
+            case = sample_case(doc, denoiser.tokenizer.encode)
+            outcome = infill_request(denoiser, case.request(seed), config=config)
+            fill = infill_request_ar(ar, case.request(seed), config=config) if ar is not None else None
+            texts = [doc.text, _marked(doc, case, outcome.holes, marks=False)]
+            if fill is not None:
+                texts.append(_marked(doc, case, fill.holes, marks=False))
+            nll = [judged_nll(ar, text) for text in texts] if ar is not None else []
+            if judged:
+                sums = [t + x / judge_per_kind for t, x in zip(sums, nll, strict=True)]
+            if n == 0:  # the first document of each kind is shown whole
+                lines += _sample_lines(kind, doc, case, outcome, fill, nll)
+        if judged:
+            table.append(f"| {kind} | {sums[0]:.2f} | {sums[1]:.2f} | {sums[2]:.2f} |")
+            totals = [t + x / len(KINDS) for t, x in zip(totals, sums, strict=True)]
+    if judged:
+        table += [f"| **mean** | {totals[0]:.2f} | {totals[1]:.2f} | {totals[2]:.2f} |", ""]
+        lines[header:header] = table
     text = "\n".join(lines)
     out.mkdir(parents=True, exist_ok=True)
     (out / "SAMPLES.md").write_text(text)
     return text
 
 
-def _judged_table(
-    denoiser: LoadedModel, ar: LoadedModel, config: Any, per_kind: int, seed: int
-) -> list[str]:
-    """Markdown: per kind, the mean AR-judged NLL/token of the first ``per_kind`` test
-    documents as written, as the denoiser fills them and as AR-FIM fills them."""
-    from gpu_worker.ar import infill_request_ar
-    from gpu_worker.corpus import KINDS
-    from gpu_worker.infill import infill_request
-
-    table = [f"How typical the documents read: mean NLL per token (nats) of the whole text, "
-             f"read left to right by AR-FIM, over {per_kind} test documents of each kind "
-             "holed as below (lower is more typical; the judge favours its own fills).", "",
-             "| kind | original | denoiser | AR-FIM |", "|---|---|---|---|"]  # fmt: skip
-    totals = [0.0, 0.0, 0.0]
-    for kind in KINDS:
-        sums, found, index = [0.0, 0.0, 0.0], 0, 0
-        while found < per_kind:
-            doc = document_at("test", index)
-            index += 1
-            if doc.kind != kind:
-                continue
+def _first_of_kind(split: Split, kind: str, count: int) -> Iterator[Document]:
+    """The first ``count`` documents of ``kind`` in ``split``, in order."""
+    index = found = 0
+    while found < count:
+        doc = document_at(split, index)
+        index += 1
+        if doc.kind == kind:
             found += 1
-            case = sample_case(doc, denoiser.tokenizer.encode)
-            d = infill_request(denoiser, case.request(seed), config=config).holes
-            a = infill_request_ar(ar, case.request(seed), config=config).holes
-            texts = (doc.text, _marked(doc, case, d, marks=False), _marked(doc, case, a, marks=False))
-            for i, text in enumerate(texts):
-                sums[i] += judged_nll(ar, text) / per_kind
-        table.append(f"| {kind} | {sums[0]:.2f} | {sums[1]:.2f} | {sums[2]:.2f} |")
-        totals = [t + x / len(KINDS) for t, x in zip(totals, sums, strict=True)]
-    table += [f"| **mean** | {totals[0]:.2f} | {totals[1]:.2f} | {totals[2]:.2f} |", ""]
-    return table
+            yield doc
+
+
+def _sample_lines(
+    kind: str, doc: Document, case: Case, outcome: Any, fill: Any, nll: list[float]
+) -> list[str]:
+    """Markdown of one whole document as the denoiser fills it (``outcome``), the original and
+    AR-FIM's ``fill`` (None: no AR-FIM); ``nll``: the AR-judged NLL/token of the original, the
+    denoiser's text and AR-FIM's, or empty without a judge."""
+    lines = [f"## {kind} (test seed {doc.seed})", "",
+             f"{len(case.holes)} holes, {_exact_holes(case, outcome.holes)} written exactly "
+             "as the original, "
+             f"{outcome.forward_passes} forward passes, "
+             f"{outcome.timings.get('total', 0.0):.2f} s, violations: {len(outcome.violations)}"
+             + (f", AR-judged NLL/token {nll[1]:.2f} (original {nll[0]:.2f})." if nll else "."),
+             "", "```text", _marked(doc, case, outcome.holes), "```", "",
+             "<details><summary>original</summary>", "", "```text", doc.text, "```",
+             "", "</details>", ""]  # fmt: skip
+    if fill is not None:
+        lines += [f"<details><summary>AR-FIM: {_exact_holes(case, fill.holes)} of "
+                  f"{len(case.holes)} holes exact, "
+                  f"{fill.forward_passes} forward passes, "
+                  f"{fill.timings.get('total', 0.0):.2f} s, AR-judged NLL/token "
+                  f"{nll[2]:.2f}</summary>", "", "```text",
+                  _marked(doc, case, fill.holes), "```", "", "</details>", ""]  # fmt: skip
+    return lines
 
 
 def _exact_holes(case: Case, holes: dict[str, str]) -> int:
