@@ -5,7 +5,10 @@ plots (when matplotlib is installed). Cases come from the model issue's evaluati
 (``gpu_worker.evaluate.build_cases`` over the test split), so numbers compare across issues.
 
     python bench/sampler_bench.py [--model models/stencil-denoiser] [--ar-model models/stencil-ar-fim]
-                                  [--cases 6] [--docs 3] [--out bench/sampler]
+                                  [--cases 6] [--docs 3] [--repeats 1] [--out bench/sampler]
+
+Routes are timed side by side: interleaved case by case, each case ``--repeats`` times,
+wall times the per-case median (see :func:`run_routes`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpu_worker.backends import LoadedModel, load_backend  # noqa: E402
 from gpu_worker.canvas import parse_canvas  # noqa: E402
-from gpu_worker.config import SamplerConfig  # noqa: E402
+from gpu_worker.config import DEFAULT_PRESET, PRESETS, SamplerConfig  # noqa: E402
 from gpu_worker.infill import infill_request, model_vocab_size  # noqa: E402
 from gpu_worker.sampler import denoise_batch, model_int  # noqa: E402
 
@@ -40,21 +43,31 @@ DOC_CONFIGS = tuple(  # whole documents
     f"threshold-{tau}{suffix}" for tau in (0.9, 0.3, 0.1) for suffix in ("", *CACHES)
 )
 BLOCK = 32
+RULES: dict[str, Any] = {  # the presets' end-of-hole and repeat rules
+    "tail_threshold": PRESETS[DEFAULT_PRESET].tail_threshold,
+    "ban_adjacent_repeats": PRESETS[DEFAULT_PRESET].ban_adjacent_repeats,
+}
+NO_RULES = " (rules off)"  # name suffix of a config without them
+AR = "AR-FIM (KV cache)"
 
 
 def sampler_grid() -> dict[str, SamplerConfig]:
-    """The configurations compared at batch 1."""
-    even = SamplerConfig(commit_rule="even", block_length=BLOCK, steps_per_block=BLOCK)
+    """The configurations compared at batch 1: every one ends holes and bans adjacent
+    repeats as the presets do (``tail_threshold``, ``ban_adjacent_repeats``); two rows show
+    both rules off."""
+    even = SamplerConfig(commit_rule="even", block_length=BLOCK, steps_per_block=BLOCK, **RULES)
     exact = {"even-1/step": even}
     for tau in TAUS:
         exact[f"threshold-{tau}"] = SamplerConfig(
-            commit_rule="threshold", threshold=tau, block_length=BLOCK
+            commit_rule="threshold", threshold=tau, block_length=BLOCK, **RULES
         )
     grid = {}
     for name, config in exact.items():
         grid[name] = config
         for suffix, cache in CACHES.items():
             grid[name + suffix] = config.replace(cache=cache)
+    for name in ("even-1/step", "threshold-0.9"):
+        grid[name + NO_RULES] = exact[name].replace(tail_threshold=1.0, ban_adjacent_repeats=False)
     return grid
 
 
@@ -123,16 +136,37 @@ def exact(holes: dict[str, str], targets: dict[str, str]) -> float:
     return statistics.mean(float(holes.get(k, "").strip() == v.strip()) for k, v in targets.items())
 
 
-def run_route(route: Callable[[dict[str, Any]], Any], cases: list[Case]) -> dict[str, Any]:
-    """Quality and cost of one route over the cases, one request at a time."""
+Route = Callable[[dict[str, Any]], Any]
+
+
+def run_routes(routes: dict[str, Route], cases: list[Case], repeats: int = 1) -> dict[str, Any]:
+    """Quality and cost of each route over the cases, one request at a time, side by side.
+
+    Routes are interleaved case by case (and their order rotates), so a slow spell of the
+    machine falls on every route alike rather than on whichever ran then. Each case runs
+    ``repeats`` times per route; wall times are the per-case median, quality and counts come
+    from the first run (decoding at temperature 0 repeats itself exactly).
+    """
+    names = list(routes)
+    runs: dict[str, list[list[tuple[Any, float]]]] = {n: [[] for _ in cases] for n in names}
+    for i, case in enumerate(cases):
+        for rep in range(repeats):
+            shift = (i + rep) % len(names)
+            for name in names[shift:] + names[:shift]:
+                started = time.perf_counter()
+                outcome = routes[name](case.request)
+                runs[name][i].append((outcome, time.perf_counter() - started))
+    return {name: _summary(runs[name], cases) for name in names}
+
+
+def _summary(runs: list[list[tuple[Any, float]]], cases: list[Case]) -> dict[str, Any]:
     em, valid, passes, seconds, per_hole, committed, padded, forward_ms, step_ms = (
         [] for _ in range(9)
     )
     documents: list[str] = []
-    for case in cases:
-        started = time.perf_counter()
-        outcome = route(case.request)
-        wall = time.perf_counter() - started
+    for case, reps in zip(cases, runs, strict=True):
+        outcome = reps[0][0]
+        wall = statistics.median(w for _, w in reps)
         em.append(exact(outcome.holes, case.targets))
         valid.append(float(not outcome.violations))
         passes.append(outcome.forward_passes)
@@ -140,12 +174,15 @@ def run_route(route: Callable[[dict[str, Any]], Any], cases: list[Case]) -> dict
         per_hole.append(wall / sum("hole" in seg for seg in case.request["segments"]))
         committed.append(sum(int(e.get("committed", 0)) for e in outcome.trace))
         padded.append(sum(int(e.get("padded", 0)) for e in outcome.trace))
-        forward_ms.append(sum(float(e.get("forward_ms", 0.0)) for e in outcome.trace))
-        step_ms.append(sum(float(e.get("step_ms", 0.0)) for e in outcome.trace))
+        forward_ms.append(statistics.median(
+            sum(float(e.get("forward_ms", 0.0)) for e in o.trace) for o, _ in reps))  # fmt: skip
+        step_ms.append(statistics.median(
+            sum(float(e.get("step_ms", 0.0)) for e in o.trace) for o, _ in reps))  # fmt: skip
         documents.append(hashlib.sha256(outcome.document.encode()).hexdigest())
     total_step = sum(step_ms)
     return {
         "cases": len(cases),
+        "repeats": len(runs[0]) if runs else 0,
         "exact_match": statistics.mean(em),
         "validity": statistics.mean(valid),
         "forward_passes": statistics.mean(passes),
@@ -267,7 +304,7 @@ def markdown(results: dict[str, Any]) -> str:
     ]  # fmt: skip
     rows = dict(results["batch1"])
     if results.get("ar_fim"):
-        rows["AR-FIM (KV cache)"] = results["ar_fim"]
+        rows[AR] = results["ar_fim"]
     for name, r in rows.items():
         lines.append(_row(name, r))
     lines += ["", "| batched config | batch | EM | fwd passes | s/case |", "|---|---|---|---|---|"]
@@ -309,7 +346,7 @@ def targets(results: dict[str, Any]) -> list[str]:
     base = batch1["even-1/step"]
     out = []
     fair = {n: r for n, r in batch1.items() if n.startswith("threshold")
-            and r["exact_match"] >= base["exact_match"] - 0.01}  # fmt: skip
+            and not n.endswith(NO_RULES) and r["exact_match"] >= base["exact_match"] - 0.01}  # fmt: skip
     best = max(fair, key=lambda n: fair[n]["tokens_per_forward"], default=None)
     if best is not None:
         r = fair[best]
@@ -340,8 +377,8 @@ def targets(results: dict[str, Any]) -> list[str]:
                f"{p['share_final_text_differs']:.0%} of {p['runs']} runs, median first divergent "
                f"step {p['first_divergent_step_median']}, validity fp32 {p['validity_fp32']:.2f} / "
                f"bf16 {p['validity_bf16']:.2f} (reported, no target)")  # fmt: skip
-    if documents and "AR-FIM (KV cache)" in documents["routes"]:
-        ar = documents["routes"]["AR-FIM (KV cache)"]
+    if documents and AR in documents["routes"]:
+        ar = documents["routes"][AR]
         for name in DOC_CONFIGS:
             d = documents["routes"][name]
             ratio = d["seconds_per_case"] / ar["seconds_per_case"]
@@ -382,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench/sampler")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated hole kinds")
     parser.add_argument("--note", default="", help="a caveat printed at the top of REPORT.md")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs per case and route; wall times are the per-case median")
     args = parser.parse_args(argv)
     loaded = load_backend(Path(args.model))
     started = time.perf_counter()
@@ -392,17 +431,28 @@ def main(argv: list[str] | None = None) -> int:
                   "weights_sha256": loaded.weights_sha256},
         "cases": len(cases), "device": "cpu", "torch": torch.__version__,
         "python": platform.python_version(), "threads": torch.get_num_threads(),
-        "note": args.note,
+        "note": args.note, "repeats": args.repeats,
     }  # fmt: skip
     grid = sampler_grid()
     for case in cases:  # warm-up: token tables, pattern automata, allocator
         infill_request(loaded, case.request, config=grid["threshold-0.9"])
-    results["batch1"] = {}
-    for name, config in grid.items():
-        print(f"batch 1: {name}", file=sys.stderr)
-        results["batch1"][name] = run_route(
-            functools.partial(infill_request, loaded, config=config), cases
-        )
+    ar_dir = Path(args.ar_model)
+    ar = load_backend(ar_dir) if (ar_dir / "model.safetensors").is_file() else None
+
+    def with_ar(names: Any) -> dict[str, Route]:
+        routes: dict[str, Route] = {
+            name: functools.partial(infill_request, loaded, config=grid[name]) for name in names
+        }
+        if ar is not None:
+            from gpu_worker.ar import infill_request_ar
+
+            routes[AR] = functools.partial(infill_request_ar, ar)
+        return routes
+
+    print(f"batch 1: {len(grid)} configs and AR-FIM, interleaved", file=sys.stderr)
+    results["batch1"] = run_routes(with_ar(grid), cases, args.repeats)
+    if AR in results["batch1"]:
+        results["ar_fim"] = results["batch1"].pop(AR)
     results["cache_agreement_with_exact"] = cache_agreement(results["batch1"])
     results["batched"] = [
         {"config": name, **run_batched(loaded, cases, grid[name], batch)}
@@ -411,22 +461,13 @@ def main(argv: list[str] | None = None) -> int:
     ]  # fmt: skip
     results["precision"] = precision_study(loaded, cases, grid["threshold-0.9"])
     results["forward_costs"] = forward_costs(loaded.network)
-    ar_dir = Path(args.ar_model)
     documents = document_cases(loaded, args.docs)
     for case in documents:  # warm-up, as for the cases above
         infill_request(loaded, case.request, config=grid["threshold-0.9"])
     routes: dict[str, Any] = {}
-    for name in DOC_CONFIGS if documents else ():
-        print(f"whole documents: {name}", file=sys.stderr)
-        routes[name] = run_route(functools.partial(infill_request, loaded, config=grid[name]),
-                                 documents)  # fmt: skip
-    if (ar_dir / "model.safetensors").is_file():
-        from gpu_worker.ar import infill_request_ar
-
-        ar = load_backend(ar_dir)
-        results["ar_fim"] = run_route(lambda r: infill_request_ar(ar, r), cases)
-        if documents:
-            routes["AR-FIM (KV cache)"] = run_route(lambda r: infill_request_ar(ar, r), documents)
+    if documents:
+        print(f"whole documents: {len(DOC_CONFIGS)} configs and AR-FIM", file=sys.stderr)
+        routes = run_routes(with_ar(DOC_CONFIGS), documents, args.repeats)
     if routes:
         results["documents"] = {"cases": len(documents), "routes": routes}
     out = Path(args.out)

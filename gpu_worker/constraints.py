@@ -442,6 +442,7 @@ class TokenTable:
     single_chars: frozenset[str]
     terminators: tuple[int, ...]  # eos and pad: end a hole
     free: torch.Tensor  # [V] bool: real tokens plus eos / pad; never mask, FIM or unknown ids
+    words: torch.Tensor  # [V] bool: tokens whose text holds a letter (a word or a piece of one)
 
     @property
     def vocab_size(self) -> int:
@@ -472,7 +473,8 @@ def token_table(tokenizer: StencilTokenizer, vocab_size: int) -> TokenTable:
     for token_id in range(min(tokenizer.vocab_size, vocab_size)):
         free[token_id] = not tokenizer.is_special(token_id)  # partial UTF-8 bytes included
     free[list(terminators)] = True
-    return TokenTable(texts, trie, single, terminators, free)
+    words = torch.tensor([any(ch.isalpha() for ch in text) for text in texts], dtype=torch.bool)
+    return TokenTable(texts, trie, single, terminators, free, words)
 
 
 # -- token-level constraints ------------------------------------------------------------------------

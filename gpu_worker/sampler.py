@@ -7,8 +7,10 @@ The loop, per canvas (several canvases advance in lockstep in one batch):
    bidirectional over the whole canvas, so a block sees the locked text on its right.
 2. Each step: one forward pass (full; with the dual cache only the active block's window;
    with delayed caching only the block's masked positions and last step's changes), then
-   :func:`_commit_step` picks which masked positions of the active block to commit under the
-   commit rule, optionally re-masks a few unsure ones, and enforces the protect mask.
+   :func:`_commit_step` pads the free holes' tails the model says are unused budget, picks
+   which masked positions of the active block to commit under the commit rule (optionally
+   never a word its neighbour already holds), optionally re-masks a few unsure ones, and
+   enforces the protect mask.
 3. A block ends when nothing in it is masked; the request ends when no block is left, when
    ``should_stop()`` says so (cancelled: nothing is committed after), or when the step budget
    is down to one pass, which commits everything left (a flush).
@@ -31,7 +33,12 @@ import torch
 
 from gpu_worker.canvas import Canvas, Hole
 from gpu_worker.config import SamplerConfig
-from gpu_worker.constraints import CharAutomaton, ChoiceConstraint, PatternConstraint
+from gpu_worker.constraints import (
+    CharAutomaton,
+    ChoiceConstraint,
+    PatternConstraint,
+    token_table,
+)
 
 MAX_REMASKS_PER_POSITION = 1  # bounds re-masking, so every block finishes
 
@@ -88,12 +95,15 @@ class _Row:
     generator: torch.Generator
     x: torch.Tensor  # [L] long view into the batch ids
     hole_at: list[int]  # [L] hole index per position, -1 = locked (a list: read one by one)
+    free_at: list[bool]  # [L] whether the position lies in a free (unconstrained) hole
     blocks: list[torch.Tensor]  # [n_b] long positions of each block
     confidence: torch.Tensor  # [L] float probability at commit time (nan = never)
     remasks: torch.Tensor  # [L] long times each position was re-masked
     vocab: torch.Tensor  # [S, V] bool: the distinct static token sets (see _vocab_table)
     vocab_of: torch.Tensor  # [L] long: each position's set in ``vocab``
     cached_ids: torch.Tensor  # [L] long: the ids the row's cache rows were computed on
+    words: torch.Tensor | None  # [V] bool word tokens (ban_adjacent_repeats), None = no rule
+    words_list: list[bool]  # the same as a list (read one by one)
     pattern_state: dict[int, int] = field(default_factory=dict)  # hole -> automaton state
     block: int = 0
     block_steps: int = 0
@@ -242,23 +252,36 @@ def _new_row(
     canvas: Canvas, generator: torch.Generator, x: torch.Tensor, config: SamplerConfig
 ) -> _Row:
     vocab, vocab_of = _vocab_table(canvas, config)
+    hole_at = canvas.hole_index().tolist()
     row = _Row(
         canvas=canvas,
         generator=generator,
         x=x,
-        hole_at=canvas.hole_index().tolist(),
+        hole_at=hole_at,
+        free_at=[h >= 0 and canvas.holes[h].constraint is None for h in hole_at],
         blocks=[b.to(x.device) for b in plan_blocks(canvas, config)],
         confidence=torch.full((canvas.length,), math.nan, device=x.device),
         remasks=torch.zeros(canvas.length, dtype=torch.long, device=x.device),
         vocab=vocab.to(x.device),
         vocab_of=vocab_of.to(x.device),
         cached_ids=x.clone(),
+        words=_word_tokens(canvas) if config.ban_adjacent_repeats else None,
+        words_list=[],
     )
+    if row.words is not None:
+        row.words_list = row.words.tolist()
     for i, hole in enumerate(canvas.holes):
         if isinstance(hole.constraint, PatternConstraint):
             row.pattern_state[i] = hole.constraint.start
     _skip_finished_blocks(row)
     return row
+
+
+def _word_tokens(canvas: Canvas) -> torch.Tensor | None:
+    """[V] bool: the canvas vocabulary's word tokens (None without a tokenizer)."""
+    if canvas.tokenizer is None:
+        return None
+    return token_table(canvas.tokenizer, int(canvas.free_vocab.numel())).words
 
 
 def _active_rows(rows: list[_Row], should_stop: Callable[[int], bool] | None) -> list[int]:
@@ -554,7 +577,15 @@ def _commit_step(
         positions, prob = _commit_choice(row, hole_index, logits, where, config)
         committed.extend(positions)
         probs.append(prob)
-    decision = _propose(row, _eligible(row, block), logits, where, config)
+    eligible = _eligible(row, block)
+    scores = _allowed_scores(row, eligible, logits, where)  # [n, V]
+    if config.stop_on_eos and config.tail_threshold < 1.0 and eligible.numel():
+        tails = _pad_tails(row, eligible, scores, config)
+        if tails:
+            padded.extend(tails)
+            keep = row.x[eligible] == row.canvas.mask_id
+            eligible, scores = eligible[keep], scores[keep]
+    decision = _propose(row, eligible, scores, config)
     if decision is None:
         return committed, padded, probs
     chosen = _select(decision, _quota(row, block, config), config)  # [k] indices
@@ -564,10 +595,48 @@ def _commit_step(
         position, token = int(decision.positions[i]), int(decision.tokens[i])
         if int(row.x[position]) != row.canvas.mask_id:
             continue  # padded by an EOS committed earlier in this step
+        if (config.ban_adjacent_repeats and position - 1 in committed
+                and _repeats_left(row, position, token)):  # fmt: skip
+            continue  # its left neighbour took the same word in this step
         padded.extend(_commit_token(row, position, token, float(decision.prob[i]), config))
         committed.append(position)
     probs.extend(decision.prob.tolist())
     return committed, padded, probs
+
+
+def _pad_tails(
+    row: _Row, eligible: torch.Tensor, scores: torch.Tensor, config: SamplerConfig
+) -> list[int]:
+    """Pad each free hole's masked tail, from the hole's last position leftwards, while the
+    model gives EOS and pad together more than ``tail_threshold``; the walk stops at a
+    committed token, a position not in ``eligible`` (outside the active block), or the hole's
+    first position (never padded). ``scores`` [n, V] are ``eligible``'s allowed scores.
+    Returns the padded positions."""
+    holes = row.canvas.holes
+    positions = eligible.tolist()
+    free = [i for i, p in enumerate(positions) if row.free_at[p]]
+    if not free:
+        return []
+    ends = list(row.canvas.terminators())
+    if len(free) < len(positions):
+        scores = scores[torch.tensor(free, dtype=torch.long, device=scores.device)]
+    end_prob = torch.softmax(scores, dim=-1)[:, ends].sum(-1).tolist()
+    prob_at = {positions[i]: p for i, p in zip(free, end_prob, strict=True)}
+    x = row.x.tolist()
+    padded: list[int] = []
+    for hole_index in sorted({row.hole_at[positions[i]] for i in free}):
+        hole = holes[hole_index]
+        for position in range(hole.end - 1, hole.start, -1):
+            if x[position] == row.canvas.pad_id:
+                continue  # the tail padded before
+            if prob_at.get(position, 0.0) <= config.tail_threshold:
+                break
+            padded.append(position)
+    if padded:
+        at = torch.tensor(padded, dtype=torch.long, device=row.x.device)
+        row.x[at] = row.canvas.pad_id
+        row.confidence[at] = torch.tensor([prob_at[p] for p in padded], device=row.x.device)
+    return padded
 
 
 def _eligible(row: _Row, block: torch.Tensor) -> torch.Tensor:
@@ -580,6 +649,9 @@ def _eligible(row: _Row, block: torch.Tensor) -> torch.Tensor:
     keep: list[int] = []
     seen_pattern: set[int] = set()
     for position in masked.tolist():
+        if row.free_at[position]:
+            keep.append(position)
+            continue
         hole_index = row.hole_at[position]
         constraint = row.canvas.holes[hole_index].constraint
         if isinstance(constraint, ChoiceConstraint):
@@ -658,24 +730,68 @@ def _defer_early_ends(row: _Row, decision: _Decision) -> None:
             decision.score[i] = -math.inf
 
 
-def _propose(
-    row: _Row,
-    positions: torch.Tensor,
-    logits: torch.Tensor,
-    where: torch.Tensor,
-    config: SamplerConfig,
-) -> _Decision | None:
-    """Sample (or take the argmax of) a token per position and score the rule's confidence."""
-    if positions.numel() == 0:
-        return None
+def _allowed_scores(
+    row: _Row, positions: torch.Tensor, logits: torch.Tensor, where: torch.Tensor
+) -> torch.Tensor:
+    """[n, V] the logits of ``positions`` with every token they may not take at -inf."""
     scores = logits[where[positions]]  # [n, V]
+    if positions.numel() == 0:
+        return scores
     allowed = _allowed(row, positions)
     if scores.shape[-1] > allowed.shape[-1]:  # a model vocabulary wider than the canvas's
         pad = allowed.new_zeros((allowed.shape[0], scores.shape[-1] - allowed.shape[-1]))
         allowed = torch.cat([allowed, pad], dim=-1)
     if not bool(allowed.any(dim=-1).all()):
         raise RuntimeError(f"no allowed token at some of positions {positions.tolist()}")
-    scores = scores.masked_fill(~allowed, -math.inf)
+    return scores.masked_fill(~allowed, -math.inf)
+
+
+def _ban_repeats(row: _Row, positions: torch.Tensor, scores: torch.Tensor) -> None:
+    """In place: each free-hole position's score of the word token written right before it
+    or right after it (past the hole's tail pad) becomes -inf. A position with a forced
+    prefix is left alone (its few tokens are not narrowed further); any other free position
+    allows thousands of tokens, so two bans never leave it without one."""
+    if row.words is None:
+        return
+    words, x = row.words_list, row.x.tolist()
+    mask_id, pad_id = row.canvas.mask_id, row.canvas.pad_id
+    rows: list[int] = []
+    tokens: list[int] = []
+    for i, position in enumerate(positions.tolist()):
+        if not row.free_at[position] or position in row.canvas.allowed:
+            continue  # constrained, or a forced prefix's few tokens: never narrowed further
+        right = position + 1
+        while right < len(x) and x[right] == pad_id:
+            right += 1
+        neighbours = {x[position - 1]} if position > 0 else set()
+        neighbours |= {x[right]} if right < len(x) else set()
+        for token in sorted(neighbours):
+            if token != mask_id and token < len(words) and words[token]:
+                rows.append(i)
+                tokens.append(token)
+    if rows:
+        scores[rows, tokens] = -math.inf
+
+
+def _repeats_left(row: _Row, position: int, token: int) -> bool:
+    """Whether ``token``, in a free hole, is a word token equal to the one right before
+    ``position``."""
+    words = row.words_list
+    return (
+        row.words is not None and position > 0 and int(row.x[position - 1]) == token
+        and token < len(words) and words[token] and row.free_at[position]
+    )  # fmt: skip
+
+
+def _propose(
+    row: _Row, positions: torch.Tensor, scores: torch.Tensor, config: SamplerConfig
+) -> _Decision | None:
+    """Sample (or take the argmax of) a token per position and score the rule's confidence;
+    ``scores`` [n, V] are the positions' allowed scores (see :func:`_allowed_scores`)."""
+    if positions.numel() == 0:
+        return None
+    if config.ban_adjacent_repeats:
+        _ban_repeats(row, positions, scores)
     probs = torch.softmax(scores, dim=-1)  # [n, V] the model's distribution over allowed tokens
     tokens = _pick_tokens(scores, config, row.generator)  # [n]
     prob = probs.gather(-1, tokens[:, None]).squeeze(-1)  # [n]
@@ -790,13 +906,17 @@ def _pad_after(row: _Row, hole: Hole, position: int) -> list[int]:
 
 def _unscored_choices(row: _Row, block: torch.Tensor) -> list[int]:
     """Choices holes starting in this block that are still masked."""
+    choices = [
+        i for i, hole in enumerate(row.canvas.holes) if isinstance(hole.constraint, ChoiceConstraint)
+    ]
+    if not choices:
+        return []
     positions = set(block.tolist())
+    holes = row.canvas.holes
     return [
         i
-        for i, hole in enumerate(row.canvas.holes)
-        if isinstance(hole.constraint, ChoiceConstraint)
-        and hole.start in positions
-        and int(row.x[hole.start]) == row.canvas.mask_id
+        for i in choices
+        if holes[i].start in positions and int(row.x[holes[i].start]) == row.canvas.mask_id
     ]
 
 
@@ -882,7 +1002,8 @@ def _flush(
             if masked.numel() == 0:
                 break
             eligible = _eligible(row, masked)
-            decision = _propose(row, eligible, logits, where, config)
+            scores = _allowed_scores(row, eligible, logits, where)
+            decision = _propose(row, eligible, scores, config)
             assert decision is not None
             for i in range(decision.positions.numel()):
                 position = int(decision.positions[i])

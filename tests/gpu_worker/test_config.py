@@ -23,6 +23,7 @@ configs = st.builds(
     remask=st.sampled_from(["none", "low_confidence"]),
     remask_budget=st.integers(0, 4),
     stop_on_eos=st.booleans(),
+    tail_threshold=st.floats(0.0, 1.0),
     precision=st.sampled_from(["fp32", "bf16"]),
     cache=st.sampled_from(["none", "dual", "delayed"]),
 )
@@ -106,3 +107,15 @@ def test_config_from_overrides_rejects_unknown_presets_and_fields() -> None:
         config_from_overrides("turbo", {})
     with pytest.raises(ValueError, match="unknown sampler field"):
         config_from_overrides("fast", {"speed": 3})
+
+
+def test_a_config_stored_before_tail_threshold_keeps_its_sha256_and_decodes_as_before() -> None:
+    stored = json.loads(SamplerConfig().to_json())
+    assert "tail_threshold" not in stored  # at 1.0 (off) the field is left out
+    before = json.dumps(stored, sort_keys=True, separators=(",", ":"))
+    config = SamplerConfig.from_json(before)
+    assert config.tail_threshold == 1.0
+    assert config.to_json() == before
+    on = config.replace(tail_threshold=0.5)
+    assert json.loads(on.to_json())["tail_threshold"] == 0.5 and on.sha256 != config.sha256
+    assert SamplerConfig.from_json(on.to_json()) == on

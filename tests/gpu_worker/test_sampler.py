@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from gpu_worker.canvas import Canvas, parse_canvas
 from gpu_worker.config import CacheMode, SamplerConfig
+from gpu_worker.constraints import token_table
 from gpu_worker.model import StencilTransformer
 from gpu_worker.sampler import StepInfo, canvas_sha256, denoise, denoise_batch, plan_blocks
 from gpu_worker.tokenizer import StencilTokenizer
@@ -72,6 +73,8 @@ sampler_configs = st.builds(
     remask_budget=st.integers(0, 2),
     remask_below=st.sampled_from([0.3, 1.0]),
     stop_on_eos=st.booleans(),
+    tail_threshold=st.sampled_from([0.3, 1.0]),
+    ban_adjacent_repeats=st.booleans(),
     cache=st.sampled_from(["none", "dual", "delayed"]),
 )
 
@@ -341,6 +344,103 @@ def test_eos_in_a_hole_ends_it_and_the_tail_is_stripped(
     assert result.steps == eos_step + 1
     assert result.ids[start + 2 :].tolist()[:4] == [canvas.pad_id] * 4
     assert result.hole_texts["a"] == tokenizer.decode(result.ids[start : start + 2].tolist())
+
+
+class ForcedPad(torch.nn.Module):
+    """Wraps a model so that pad wins at some positions."""
+
+    def __init__(self, inner: StencilTransformer, positions: list[int]) -> None:
+        super().__init__()
+        self.inner, self.positions = inner, positions
+        self.mask_id, self.pad_id, self.eos_id, self.max_len = (
+            inner.mask_id, inner.pad_id, inner.eos_id, inner.max_len)  # fmt: skip
+
+    def forward(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        logits = self.inner(ids, attention_mask).clone()
+        logits[:, self.positions, self.pad_id] = 1e4
+        return logits
+
+
+@pytest.mark.parametrize("tail_threshold", [0.5, 1.0])
+def test_a_hole_tail_the_model_calls_unused_is_padded_from_the_end_in_the_first_pass(
+    tokenizer: StencilTokenizer, model: StencilTransformer, tail_threshold: float
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 7}, {"text": "."}])
+    end = canvas.holes[0].end
+    # pad is sure at the last two positions and at one that an unsure position cuts off
+    forced = [end - 1, end - 2, end - 4]
+    config = SamplerConfig(commit_rule="threshold", threshold=0.99, tail_threshold=tail_threshold)
+    result = denoise(ForcedPad(model, forced), canvas, config, torch.Generator())
+    if tail_threshold < 1.0:
+        assert result.trace[0].padded == [end - 2, end - 1]
+    else:  # off: a pad waits until every position before it is written
+        assert result.trace[0].padded == []
+        assert all(end - 1 not in info.committed for info in result.trace[:-1])
+    assert result.ids[end - 2 : end].tolist() == [canvas.pad_id] * 2
+    assert not bool((result.ids == canvas.mask_id).any())
+    assert result.hole_texts["a"] == tokenizer.decode(canvas.kept_tokens(result.ids, canvas.holes[0]))
+
+
+def test_the_tail_rule_never_pads_a_holes_first_position(
+    tokenizer: StencilTokenizer, model: StencilTransformer
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 5}, {"text": "."}])
+    start, end = canvas.holes[0].start, canvas.holes[0].end
+    config = SamplerConfig(commit_rule="threshold", threshold=0.9, tail_threshold=0.5)
+    result = denoise(ForcedPad(model, list(range(start, end))), canvas, config, torch.Generator())
+    assert result.trace[0].padded == list(range(start + 1, end))
+    assert int(result.ids[start]) not in canvas.terminators() and result.hole_texts["a"] != ""
+    assert result.steps == 1
+
+
+class ForcedTokens(torch.nn.Module):
+    """Wraps a model so that a chosen token wins at chosen positions."""
+
+    def __init__(self, inner: StencilTransformer, forced: dict[int, int]) -> None:
+        super().__init__()
+        self.inner, self.forced = inner, forced
+        self.mask_id, self.pad_id, self.eos_id, self.max_len = (
+            inner.mask_id, inner.pad_id, inner.eos_id, inner.max_len)  # fmt: skip
+
+    def forward(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        logits = self.inner(ids, attention_mask).clone()
+        for position, token in self.forced.items():
+            logits[:, position, token] = 1e4
+        return logits
+
+
+def word_token(tokenizer: StencilTokenizer, text: str) -> int:
+    (token,) = tokenizer.encode(text)
+    assert bool(token_table(tokenizer, tokenizer.vocab_size).words[token])
+    return token
+
+
+@pytest.mark.parametrize("ban", [True, False])
+def test_adjacent_positions_never_repeat_a_word_when_repeats_are_banned(
+    tokenizer: StencilTokenizer, model: StencilTransformer, ban: bool
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 5},
+                                   {"text": " the end."}])  # fmt: skip
+    start = canvas.holes[0].start
+    word, the = word_token(tokenizer, " Smith"), word_token(tokenizer, " the")
+    # the model is sure of " Smith" at three neighbours and of " the" before the locked " the"
+    forced = {start + 1: word, start + 2: word, start + 3: word, start + 4: the}
+    config = SamplerConfig(commit_rule="threshold", threshold=0.9, ban_adjacent_repeats=ban)
+    result = denoise(ForcedTokens(model, forced), canvas, config, torch.Generator())
+    ids = result.ids[start - 1 : canvas.holes[0].end + 1].tolist()
+    kept = [t for t in ids if t not in canvas.terminators()]
+    repeats = [a for a, b in zip(kept, kept[1:], strict=False) if a == b]
+    if ban:
+        assert repeats == []
+        # the three sure " Smith" were proposed in one step: only the leftmost was committed
+        assert int(result.ids[start + 1]) == word and start + 2 not in result.trace[0].committed
+    else:
+        assert word in repeats and the in repeats
+    assert not bool((result.ids == canvas.mask_id).any())
 
 
 @pytest.mark.parametrize("stop_on_eos", [True, False])
