@@ -97,7 +97,8 @@ class SamplerConfig:
     # repeat a word whose place the model is unsure of ("J Carter Carter", "and and and").
     # The generated corpus has 1 such pair in 39,867 tokens; the denoiser's fills had 2 in
     # 100 tokens before this rule. Two neighbours committed in one step keep only the left
-    # one. False: off, the behaviour before the field existed; the presets turn it on.
+    # one (except in the flush, the last pass of a spent budget, which commits everything).
+    # False: off, the behaviour before the field existed; the presets turn it on.
     ban_adjacent_repeats: bool = False
     # Arithmetic of the forward pass: fp32, or bf16 under torch.autocast.
     precision: Precision = "fp32"

@@ -307,94 +307,6 @@ def test_step_budget_flushes_on_the_last_pass(
     assert validate(canvas, result.ids, tokenizer) == []
 
 
-class ForcedEos(torch.nn.Module):
-    """Wraps a model so that EOS wins at one position."""
-
-    def __init__(self, inner: StencilTransformer, position: int) -> None:
-        super().__init__()
-        self.inner, self.position = inner, position
-        self.mask_id, self.pad_id, self.eos_id, self.max_len = (
-            inner.mask_id, inner.pad_id, inner.eos_id, inner.max_len)  # fmt: skip
-
-    def forward(
-        self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        logits = self.inner(ids, attention_mask).clone()
-        logits[:, self.position, self.eos_id] = 1e4
-        return logits
-
-
-def test_eos_in_a_hole_ends_it_and_the_tail_is_stripped(
-    tokenizer: StencilTokenizer, model: StencilTransformer
-) -> None:
-    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 6}, {"text": "."}])
-    start = canvas.holes[0].start
-    config = SamplerConfig(commit_rule="threshold", threshold=0.99)
-    result = denoise(ForcedEos(model, start + 2), canvas, config, torch.Generator())
-    # EOS is the surest token, but it waits until the positions before it are written; it
-    # then ends the hole in the very pass that writes the last of them.
-    def step_of(position: int) -> int:
-        return next(i for i, info in enumerate(result.trace) if position in info.committed)
-
-    eos_step = step_of(start + 2)
-    assert eos_step == max(step_of(start), step_of(start + 1))
-    written = {p for info in result.trace[: eos_step + 1] for p in info.committed}
-    tail = {start + 3, start + 4, start + 5}
-    assert set(result.trace[eos_step].padded) == tail - written  # the rest of the hole, at once
-    assert result.steps == eos_step + 1
-    assert result.ids[start + 2 :].tolist()[:4] == [canvas.pad_id] * 4
-    assert result.hole_texts["a"] == tokenizer.decode(result.ids[start : start + 2].tolist())
-
-
-class ForcedPad(torch.nn.Module):
-    """Wraps a model so that pad wins at some positions."""
-
-    def __init__(self, inner: StencilTransformer, positions: list[int]) -> None:
-        super().__init__()
-        self.inner, self.positions = inner, positions
-        self.mask_id, self.pad_id, self.eos_id, self.max_len = (
-            inner.mask_id, inner.pad_id, inner.eos_id, inner.max_len)  # fmt: skip
-
-    def forward(
-        self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        logits = self.inner(ids, attention_mask).clone()
-        logits[:, self.positions, self.pad_id] = 1e4
-        return logits
-
-
-@pytest.mark.parametrize("tail_threshold", [0.5, 1.0])
-def test_a_hole_tail_the_model_calls_unused_is_padded_from_the_end_in_the_first_pass(
-    tokenizer: StencilTokenizer, model: StencilTransformer, tail_threshold: float
-) -> None:
-    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 7}, {"text": "."}])
-    end = canvas.holes[0].end
-    # pad is sure at the last two positions and at one that an unsure position cuts off
-    forced = [end - 1, end - 2, end - 4]
-    config = SamplerConfig(commit_rule="threshold", threshold=0.99, tail_threshold=tail_threshold)
-    result = denoise(ForcedPad(model, forced), canvas, config, torch.Generator())
-    if tail_threshold < 1.0:
-        assert result.trace[0].padded == [end - 2, end - 1]
-    else:  # off: a pad waits until every position before it is written
-        assert result.trace[0].padded == []
-        assert all(end - 1 not in info.committed for info in result.trace[:-1])
-    assert result.ids[end - 2 : end].tolist() == [canvas.pad_id] * 2
-    assert not bool((result.ids == canvas.mask_id).any())
-    assert result.hole_texts["a"] == tokenizer.decode(canvas.kept_tokens(result.ids, canvas.holes[0]))
-
-
-def test_the_tail_rule_never_pads_a_holes_first_position(
-    tokenizer: StencilTokenizer, model: StencilTransformer
-) -> None:
-    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 5}, {"text": "."}])
-    start, end = canvas.holes[0].start, canvas.holes[0].end
-    config = SamplerConfig(commit_rule="threshold", threshold=0.9, tail_threshold=0.5)
-    result = denoise(ForcedPad(model, list(range(start, end))), canvas, config, torch.Generator())
-    assert result.trace[0].padded == list(range(start + 1, end))
-    assert int(result.ids[start]) not in canvas.terminators() and result.hole_texts["a"] != ""
-    assert result.steps == 1
-
-
 class ForcedTokens(torch.nn.Module):
     """Wraps a model so that a chosen token wins at chosen positions."""
 
@@ -411,6 +323,63 @@ class ForcedTokens(torch.nn.Module):
         for position, token in self.forced.items():
             logits[:, position, token] = 1e4
         return logits
+
+
+def test_eos_in_a_hole_ends_it_and_the_tail_is_stripped(
+    tokenizer: StencilTokenizer, model: StencilTransformer
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 6}, {"text": "."}])
+    start = canvas.holes[0].start
+    config = SamplerConfig(commit_rule="threshold", threshold=0.99)
+    wrapped = ForcedTokens(model, {start + 2: model.eos_id})
+    result = denoise(wrapped, canvas, config, torch.Generator())
+    # EOS is the surest token, but it waits until the positions before it are written; it
+    # then ends the hole in the very pass that writes the last of them.
+    def step_of(position: int) -> int:
+        return next(i for i, info in enumerate(result.trace) if position in info.committed)
+
+    eos_step = step_of(start + 2)
+    assert eos_step == max(step_of(start), step_of(start + 1))
+    written = {p for info in result.trace[: eos_step + 1] for p in info.committed}
+    tail = {start + 3, start + 4, start + 5}
+    assert set(result.trace[eos_step].padded) == tail - written  # the rest of the hole, at once
+    assert result.steps == eos_step + 1
+    assert result.ids[start + 2 :].tolist()[:4] == [canvas.pad_id] * 4
+    assert result.hole_texts["a"] == tokenizer.decode(result.ids[start : start + 2].tolist())
+
+
+@pytest.mark.parametrize("tail_threshold", [0.5, 1.0])
+def test_a_hole_tail_the_model_calls_unused_is_padded_from_the_end_in_the_first_pass(
+    tokenizer: StencilTokenizer, model: StencilTransformer, tail_threshold: float
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 7}, {"text": "."}])
+    end = canvas.holes[0].end
+    # pad is sure at the last two positions and at one that an unsure position cuts off
+    forced = [end - 1, end - 2, end - 4]
+    config = SamplerConfig(commit_rule="threshold", threshold=0.99, tail_threshold=tail_threshold)
+    wrapped = ForcedTokens(model, dict.fromkeys(forced, model.pad_id))
+    result = denoise(wrapped, canvas, config, torch.Generator())
+    if tail_threshold < 1.0:
+        assert result.trace[0].padded == [end - 2, end - 1]
+    else:  # off: a pad waits until every position before it is written
+        assert result.trace[0].padded == []
+        assert all(end - 1 not in info.committed for info in result.trace[:-1])
+    assert result.ids[end - 2 : end].tolist() == [canvas.pad_id] * 2
+    assert not bool((result.ids == canvas.mask_id).any())
+    assert result.hole_texts["a"] == tokenizer.decode(canvas.kept_tokens(result.ids, canvas.holes[0]))
+
+
+def test_the_tail_rule_never_pads_a_holes_first_position(
+    tokenizer: StencilTokenizer, model: StencilTransformer
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 5}, {"text": "."}])
+    start, end = canvas.holes[0].start, canvas.holes[0].end
+    config = SamplerConfig(commit_rule="threshold", threshold=0.9, tail_threshold=0.5)
+    wrapped = ForcedTokens(model, dict.fromkeys(range(start, end), model.pad_id))
+    result = denoise(wrapped, canvas, config, torch.Generator())
+    assert result.trace[0].padded == list(range(start + 1, end))
+    assert int(result.ids[start]) not in canvas.terminators() and result.hole_texts["a"] != ""
+    assert result.steps == 1
 
 
 def word_token(tokenizer: StencilTokenizer, text: str) -> int:
@@ -450,7 +419,7 @@ def test_a_free_hole_is_never_left_empty_when_eos_stops_it(
     canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 4}, {"text": "."}])
     start = canvas.holes[0].start
     config = SamplerConfig(commit_rule="threshold", threshold=0.5, stop_on_eos=stop_on_eos)
-    result = denoise(ForcedEos(model, start), canvas, config, torch.Generator())
+    result = denoise(ForcedTokens(model, {start: model.eos_id}), canvas, config, torch.Generator())
     first = int(result.ids[start])
     if stop_on_eos:
         assert first not in canvas.terminators() and result.hole_texts["a"] != ""
