@@ -20,9 +20,9 @@ Precision = Literal["fp32", "bf16"]
 CacheMode = Literal["none", "dual", "delayed"]
 BlockScope = Literal["canvas", "hole"]
 
-# Fields added after configs were first stored -> the value that decodes as before they
-# existed (their dataclass default): omitted from the canonical JSON at that value.
-ADDED_LATER: dict[str, Any] = {"tail_threshold": 1.0, "ban_adjacent_repeats": False}
+# Fields added after configs were first stored; each one's dataclass default decodes as
+# before it existed, and the canonical JSON leaves the field out at that value.
+ADDED_LATER = ("tail_threshold", "ban_adjacent_repeats")
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "commit_rule": get_args(CommitRule),
@@ -126,10 +126,11 @@ class SamplerConfig:
         """Canonical JSON: sorted keys, no spaces. A field added after configs were first
         stored is left out while it holds the value that decodes as before it existed (see
         ``ADDED_LATER``), so a stored config keeps its sha256 and replays as it ran."""
+        defaults = _field_types()
         data = {
             name: value
             for name, value in self.to_dict().items()
-            if name not in ADDED_LATER or value != ADDED_LATER[name]
+            if name not in ADDED_LATER or value != defaults[name]
         }
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 

@@ -442,7 +442,7 @@ class TokenTable:
     single_chars: frozenset[str]
     terminators: tuple[int, ...]  # eos and pad: end a hole
     free: torch.Tensor  # [V] bool: real tokens plus eos / pad; never mask, FIM or unknown ids
-    words: torch.Tensor  # [V] bool: tokens whose text holds a letter (a word or a piece of one)
+    words: frozenset[int]  # tokens whose text holds a letter (a word or a piece of one)
 
     @property
     def vocab_size(self) -> int:
@@ -473,7 +473,7 @@ def token_table(tokenizer: StencilTokenizer, vocab_size: int) -> TokenTable:
     for token_id in range(min(tokenizer.vocab_size, vocab_size)):
         free[token_id] = not tokenizer.is_special(token_id)  # partial UTF-8 bytes included
     free[list(terminators)] = True
-    words = torch.tensor([any(ch.isalpha() for ch in text) for text in texts], dtype=torch.bool)
+    words = frozenset(i for i, text in enumerate(texts) if any(ch.isalpha() for ch in text))
     return TokenTable(texts, trie, single, terminators, free, words)
 
 

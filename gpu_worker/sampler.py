@@ -102,8 +102,7 @@ class _Row:
     vocab: torch.Tensor  # [S, V] bool: the distinct static token sets (see _vocab_table)
     vocab_of: torch.Tensor  # [L] long: each position's set in ``vocab``
     cached_ids: torch.Tensor  # [L] long: the ids the row's cache rows were computed on
-    words: torch.Tensor | None  # [V] bool word tokens (ban_adjacent_repeats), None = no rule
-    words_list: list[bool]  # the same as a list (read one by one)
+    words: frozenset[int] | None  # word tokens (ban_adjacent_repeats), None = no rule
     pattern_state: dict[int, int] = field(default_factory=dict)  # hole -> automaton state
     block: int = 0
     block_steps: int = 0
@@ -266,10 +265,7 @@ def _new_row(
         vocab_of=vocab_of.to(x.device),
         cached_ids=x.clone(),
         words=_word_tokens(canvas) if config.ban_adjacent_repeats else None,
-        words_list=[],
     )
-    if row.words is not None:
-        row.words_list = row.words.tolist()
     for i, hole in enumerate(canvas.holes):
         if isinstance(hole.constraint, PatternConstraint):
             row.pattern_state[i] = hole.constraint.start
@@ -277,8 +273,8 @@ def _new_row(
     return row
 
 
-def _word_tokens(canvas: Canvas) -> torch.Tensor | None:
-    """[V] bool: the canvas vocabulary's word tokens (None without a tokenizer)."""
+def _word_tokens(canvas: Canvas) -> frozenset[int] | None:
+    """The canvas vocabulary's word tokens (None without a tokenizer)."""
     if canvas.tokenizer is None:
         return None
     return token_table(canvas.tokenizer, int(canvas.free_vocab.numel())).words
@@ -751,10 +747,10 @@ def _ban_repeats(row: _Row, positions: torch.Tensor, scores: torch.Tensor) -> No
     or right after it (past the hole's tail pad) becomes -inf. A position with a forced
     prefix is left alone (its few tokens are not narrowed further); any other free position
     allows thousands of tokens, so two bans never leave it without one."""
-    if row.words is None:
+    words = row.words
+    if words is None:
         return
-    words, x = row.words_list, row.x.tolist()
-    mask_id, pad_id = row.canvas.mask_id, row.canvas.pad_id
+    x, pad_id = row.x.tolist(), row.canvas.pad_id
     rows: list[int] = []
     tokens: list[int] = []
     for i, position in enumerate(positions.tolist()):
@@ -766,7 +762,7 @@ def _ban_repeats(row: _Row, positions: torch.Tensor, scores: torch.Tensor) -> No
         neighbours = {x[position - 1]} if position > 0 else set()
         neighbours |= {x[right]} if right < len(x) else set()
         for token in sorted(neighbours):
-            if token != mask_id and token < len(words) and words[token]:
+            if token in words:
                 rows.append(i)
                 tokens.append(token)
     if rows:
@@ -776,10 +772,9 @@ def _ban_repeats(row: _Row, positions: torch.Tensor, scores: torch.Tensor) -> No
 def _repeats_left(row: _Row, position: int, token: int) -> bool:
     """Whether ``token``, in a free hole, is a word token equal to the one right before
     ``position``."""
-    words = row.words_list
     return (
-        row.words is not None and position > 0 and int(row.x[position - 1]) == token
-        and token < len(words) and words[token] and row.free_at[position]
+        row.words is not None and token in row.words and row.free_at[position]
+        and position > 0 and int(row.x[position - 1]) == token
     )  # fmt: skip
 
 
