@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
-from django.db import IntegrityError, models, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -43,7 +43,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SYSTEM_ACTOR = "system"
-_SEQ_RETRIES = 8  # concurrent appenders race for the next seq; the unique index decides
+_SEQ_RETRIES = 8  # without a lock, concurrent appenders race for the next seq; the index decides
+# PostgreSQL serialises appenders on one transaction-scoped advisory lock (held to commit), so
+# the next seq is read after the previous appender committed and the insert cannot collide.
+_LOG_LOCK_KEY = 0x5374656E63696C  # "Stencil"
 _SAMPLING_BUCKETS = 1 << 64
 
 User = AbstractBaseUser | AnonymousUser
@@ -57,6 +60,7 @@ def _log_append(*, obj: LoggedModel) -> LogEntry:
     for _ in range(_SEQ_RETRIES):
         try:
             with transaction.atomic():
+                _log_lock()
                 last = LogEntry.objects.aggregate(m=Max("seq"))["m"]
                 entry = LogEntry(
                     seq=0 if last is None else last + 1,
@@ -71,6 +75,17 @@ def _log_append(*, obj: LoggedModel) -> LogEntry:
         transaction.on_commit(_checkpoint_after_commit)
         return entry
     raise RuntimeError("could not allocate an audit log sequence number")
+
+
+def _log_lock() -> None:
+    """Wait for every other open transaction that appends to the log (PostgreSQL only).
+
+    Under load, optimistic retries alone can lose every race (CI saw one appender lose eight
+    in a row). SQLite already serialises writers on its database lock.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOG_LOCK_KEY])
 
 
 def _checkpoint_after_commit() -> None:

@@ -12,8 +12,8 @@ from audit.models import LogEntry
 from audit.selectors import log_verify
 from audit.services import audit_event_append
 
-THREADS = 4
-APPENDS = 5
+THREADS = 8
+APPENDS = 10
 
 
 @pytest.mark.django_db(transaction=True)
