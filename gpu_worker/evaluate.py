@@ -14,6 +14,9 @@ Every case also has a second hole, a sentence elsewhere in the document, as a dr
 template has several holes. ``entity_right_single`` repeats the ``entity_right`` cases with
 the target hole alone, so the AR route sees the whole right context too.
 
+``--split val`` runs the same on the validation split: choose sampler settings and training
+phases there, and report only the test split.
+
 Metrics per hole kind: exact match, token accuracy, validity against the constraint,
 locked-span preservation (the document's locked text byte-identical), and the per-token
 negative ELBO (denoiser) / NLL (AR-FIM) of the true fill. Writes ``bench/eval/results.json``,
@@ -53,7 +56,9 @@ HOLE_KINDS = (
 )  # fmt: skip
 CASE_SEED = 1234  # picks spans inside the test documents
 ELBO_SAMPLES = 8  # stratified mask ratios per negative-ELBO estimate
-MAX_DOCS_SCANNED = 4000  # test documents searched for cases of one kind
+MAX_DOCS_SCANNED = 4000  # documents searched for cases of one kind
+SPLIT_NAMES = {"test": "Test (held-out seeds and phrase variants)", "val": "Validation",
+               "train": "Train"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -160,13 +165,15 @@ def _second_hole(doc: Document, target: Span, rng: random.Random) -> Span | None
     return rng.choice(options) if options else None
 
 
-def build_cases(kind: str, count: int, encode: Callable[[str], list[int]]) -> list[Case]:
-    """``count`` cases of ``kind`` from the test split (deterministic)."""
+def build_cases(
+    kind: str, count: int, encode: Callable[[str], list[int]], *, split: Split = "test"
+) -> list[Case]:
+    """``count`` cases of ``kind`` from ``split`` (deterministic)."""
     cases: list[Case] = []
     for index in range(MAX_DOCS_SCANNED):
         if len(cases) >= count:
             break
-        doc = document_at("test", index)
+        doc = document_at(split, index)
         rng = random.Random(f"{CASE_SEED}:{kind.removesuffix('_single')}:{index}")
         options = _candidates(doc, kind)
         if not options:
@@ -361,7 +368,7 @@ def run_route(
 
 def evaluate(
     denoiser_dir: Path, ar_dir: Path, *, per_kind: int, kinds: tuple[str, ...] = HOLE_KINDS,
-    sampler: dict[str, Any] | None = None, progress: bool = True,
+    sampler: dict[str, Any] | None = None, progress: bool = True, split: Split = "test",
 ) -> dict[str, Any]:  # fmt: skip
     """Both models on the same cases; the results dictionary written to results.json."""
     from tqdm import tqdm
@@ -379,9 +386,9 @@ def evaluate(
     def autoregressive(request: dict[str, Any]) -> Any:
         return infill_request_ar(ar, request)
 
-    results: dict[str, Any] = {"per_kind": {}, "cases": [], "sampler": overrides}
+    results: dict[str, Any] = {"per_kind": {}, "cases": [], "sampler": overrides, "split": split}
     for kind in tqdm(kinds, desc="hole kinds", disable=not progress):
-        cases = build_cases(kind, per_kind, denoiser.tokenizer.encode)
+        cases = build_cases(kind, per_kind, denoiser.tokenizer.encode, split=split)
         d = run_route("denoiser", diffusion, denoiser, cases,
                       lambda c: denoiser_nelbo(denoiser, c, gen), results["cases"])  # fmt: skip
         a = run_route("ar_fim", autoregressive, ar, cases, lambda c: ar_nll(ar, c), results["cases"])
@@ -430,7 +437,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax.set_xticks(list(x), kinds, rotation=20, ha="right")
     ax.set_ylabel("exact match")
     ax.set_ylim(0, 1)
-    ax.set_title("Test split: exact match by hole kind")
+    split = SPLIT_NAMES[results.get("split", "test")].split(" (")[0]
+    ax.set_title(f"{split} split: exact match by hole kind")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -457,7 +465,10 @@ def write_report(results: dict[str, Any], out: Path) -> None:
     text = [
         "# Evaluation: Stencil denoiser vs AR-FIM baseline",
         "",
-        "Test split (held-out seeds and phrase variants). Command: `python -m gpu_worker.evaluate`.",
+        f"{SPLIT_NAMES[results.get('split', 'test')]} split. Command: "
+        "`python -m gpu_worker.evaluate"
+        + (f" --split {results['split']}" if results.get("split", "test") != "test" else "")
+        + "`.",
         "Each case holds the target hole plus a second hole (a sentence elsewhere), except",
         "`entity_right_single`. D = denoiser through the diffusion sampler (`gpu_worker.infill`),",
         "AR = AR-FIM route (`gpu_worker.ar`). nats/token: the denoiser's negative ELBO of the",
@@ -518,6 +529,7 @@ def write_samples(
     sampler: dict[str, Any] | None = None,
     ar_dir: Path | None = None,
     judge_per_kind: int = 5,
+    split: Split = "test",
 ) -> str:
     """``SAMPLES.md``: one test document of each kind written by the denoiser (the default
     preset with ``sampler`` overrides), each hole's text marked, beside the original and, with
@@ -534,20 +546,20 @@ def write_samples(
     config = config_from_overrides(None, sampler or {})
     lines = ["# One document of each kind, written by the denoiser", "",
              f"Model `{denoiser.name}`, sampler `{json.dumps(sampler or {})}` over the default "
-             f"preset, seed {seed}. Test split (held-out seeds and phrase variants). Holes: every",
+             f"preset, seed {seed}. {SPLIT_NAMES[split]} split. Holes: every",
              "sentence, choice and JSON value and every later mention of a repeated entity; text",
              "written by a model is between ⟦ and ⟧. Under each: the original and AR-FIM's fill.",
              "Command: `python -m gpu_worker.evaluate --samples`.", ""]  # fmt: skip
     header = len(lines)  # the judged table goes after the header, before the documents
     judged = ar is not None and judge_per_kind > 0
     table = [f"How typical the documents read: mean NLL per token (nats) of the whole text, "
-             f"read left to right by AR-FIM, over {judge_per_kind} test documents of each kind "
+             f"read left to right by AR-FIM, over {judge_per_kind} {split} documents of each kind "
              "holed as below (lower is more typical; the judge favours its own fills).", "",
              "| kind | original | denoiser | AR-FIM |", "|---|---|---|---|"]  # fmt: skip
     totals = [0.0, 0.0, 0.0]
     for kind in KINDS:
         sums = [0.0, 0.0, 0.0]
-        for n, doc in enumerate(_first_of_kind("test", kind, judge_per_kind if judged else 1)):
+        for n, doc in enumerate(_first_of_kind(split, kind, judge_per_kind if judged else 1)):
             case = sample_case(doc, denoiser.tokenizer.encode)
             outcome = infill_request(denoiser, case.request(seed), config=config)
             fill = infill_request_ar(ar, case.request(seed), config=config) if ar is not None else None
@@ -558,7 +570,7 @@ def write_samples(
             if judged:
                 sums = [t + x / judge_per_kind for t, x in zip(sums, nll, strict=True)]
             if n == 0:  # the first document of each kind is shown whole
-                lines += _sample_lines(kind, doc, case, outcome, fill, nll)
+                lines += _sample_lines(kind, split, doc, case, outcome, fill, nll)
         if judged:
             table.append(f"| {kind} | {sums[0]:.2f} | {sums[1]:.2f} | {sums[2]:.2f} |")
             totals = [t + x / len(KINDS) for t, x in zip(totals, sums, strict=True)]
@@ -583,12 +595,12 @@ def _first_of_kind(split: Split, kind: str, count: int) -> Iterator[Document]:
 
 
 def _sample_lines(
-    kind: str, doc: Document, case: Case, outcome: Any, fill: Any, nll: list[float]
+    kind: str, split: Split, doc: Document, case: Case, outcome: Any, fill: Any, nll: list[float]
 ) -> list[str]:
     """Markdown of one whole document as the denoiser fills it (``outcome``), the original and
     AR-FIM's ``fill`` (None: no AR-FIM); ``nll``: the AR-judged NLL/token of the original, the
     denoiser's text and AR-FIM's, or empty without a judge."""
-    lines = [f"## {kind} (test seed {doc.seed})", "",
+    lines = [f"## {kind} ({split} seed {doc.seed})", "",
              f"{len(case.holes)} holes, {_exact_holes(case, outcome.holes)} written exactly "
              "as the original, "
              f"{outcome.forward_passes} forward passes, "
@@ -632,6 +644,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sampler", default="{}", help="SamplerConfig overrides as JSON")
     parser.add_argument("--out", type=Path, default=Path("bench/eval"))
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--split", choices=["test", "val"], default="test",
+                        help="val: for choosing settings; report the test split")  # fmt: skip
     parser.add_argument("--update-model-cards", action="store_true",
                         help="write the metrics into each model's MODEL_CARD.md")  # fmt: skip
     parser.add_argument("--samples", action="store_true",
@@ -642,11 +656,12 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     if args.samples:
         print(write_samples(args.denoiser, args.out, sampler=json.loads(args.sampler),
-                            ar_dir=args.ar, judge_per_kind=args.judge_per_kind))  # fmt: skip
+                            ar_dir=args.ar, judge_per_kind=args.judge_per_kind,
+                            split=args.split))  # fmt: skip
         return
     kinds = tuple(k for k in args.kinds.split(",") if k)
     results = evaluate(args.denoiser, args.ar, per_kind=args.per_kind, kinds=kinds,
-                       sampler=json.loads(args.sampler))  # fmt: skip
+                       sampler=json.loads(args.sampler), split=args.split)  # fmt: skip
     write_report(results, args.out)
     print(markdown_table(results))
     if args.update_model_cards:

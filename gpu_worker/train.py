@@ -84,6 +84,9 @@ class TrainConfig:
     # tails keeps writing to fill a long budget.
     long_pad_prob: float = 0.5
     long_pad_budget: int = 36
+    # Share of hole rows masked as the sampler leaves a hole part-way (mask_hole_tails): a
+    # written start, the rest of the budget masked. Phases before this existed: 0.
+    ordered_hole_prob: float = 0.0
     # Hole rows tokenize locked text before a hole as documents do (a blank line before a hole
     # is "\n", "\n", as before a word), which is how a Canvas tokenizes it. Phases that ran
     # before this existed tokenized that text on its own ("\n\n", one token): False.
@@ -182,6 +185,23 @@ def mask_exactly(
     return set(rng.sample(positions, k)), 1.0 / k
 
 
+def mask_hole_tails(
+    budgets: list[tuple[int, int, int]], length: int, rng: random.Random
+) -> tuple[set[int], float] | None:
+    """Each hole written from its start up to a random cut, the rest of its budget masked:
+    the state the sampler reaches once a hole's first tokens are committed. Every pad position
+    is masked, so the model learns to end a hole from the text already in it (uniformly masked
+    rows almost always show some pad, and at decoding time none is visible until it is
+    written). ``budgets``: (start, content end, budget end) per hole. None: nothing to mask
+    inside ``length``. Weight 1/k as :func:`mask_exactly`."""
+    masked: set[int] = set()
+    for start, content_end, end in budgets:
+        last_cut = content_end if end > content_end else content_end - 1
+        cut = rng.randint(start, max(start, last_cut))
+        masked.update(range(cut, min(end, length)))
+    return (masked, 1.0 / len(masked)) if masked else None
+
+
 def _pad_budget(n_content: int, rng: random.Random, cfg: TrainConfig) -> int:
     """The most pad positions after a hole's ``n_content`` tokens in one training row."""
     if rng.random() < cfg.long_pad_prob:
@@ -208,12 +228,14 @@ def denoiser_example(
                                       document_boundaries=cfg.document_boundaries)  # fmt: skip
     targets: list[int] = []
     in_hole: list[bool] = []
+    budgets: list[tuple[int, int, int]] = []  # (start, content end, budget end) in targets
     cursor = 0
     for a, b in sorted(ranges):
         targets += ids[cursor:a]
         in_hole += [False] * (a - cursor)
         # The hole's budget: its content, then positions whose target is pad.
         content = ids[a:b] + [mc.pad_id] * rng.randint(0, _pad_budget(b - a, rng, cfg))
+        budgets.append((len(targets), len(targets) + b - a, len(targets) + len(content)))
         targets += content
         in_hole += [True] * len(content)
         cursor = b
@@ -221,7 +243,10 @@ def denoiser_example(
     in_hole += [False] * (len(ids) - cursor)
     targets, in_hole = targets[: cfg.max_len], in_hole[: cfg.max_len]
     positions = [p for p, h in enumerate(in_hole) if h] or [rng.randrange(len(targets))]
-    masked, w = mask_exactly(positions, t, rng)
+    if cfg.ordered_hole_prob and rng.random() < cfg.ordered_hole_prob:
+        masked, w = mask_hole_tails(budgets, len(targets), rng) or mask_exactly(positions, t, rng)
+    else:
+        masked, w = mask_exactly(positions, t, rng)
     weights = [w if p in masked else 0.0 for p in range(len(targets))]
     inputs = [mc.mask_id if p in masked else x for p, x in enumerate(targets)]
     return Example(inputs, targets, weights, "template" if template else "holes")
@@ -592,6 +617,12 @@ def render_model_card(
             if cfg.get("template_prob")
             else ""
         )
+        + (
+            f"; {cfg['ordered_hole_prob']:.0%} of hole rows show each hole's start written and "
+            "mask the rest of its budget, pad included (the state the sampler leaves a hole in)"
+            if cfg.get("ordered_hole_prob")
+            else ""
+        )
         + ", the rest mask uniformly"
         if kind == "denoiser"
         else "next-token cross-entropy; "
@@ -704,7 +735,7 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
         if phase.get("precision") == "fp32":
             command += " --no-bf16"
         if phase["kind"] == "denoiser":  # corruption recipes added later ran at 0 before
-            for key in ("long_pad_prob", "template_prob"):
+            for key in ("long_pad_prob", "template_prob", "ordered_hole_prob"):
                 value = cfg.get(key, 0.0)
                 if value != getattr(TrainConfig, key):
                     command += f" --{key.replace('_', '-')} {value}"
@@ -763,6 +794,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-every", type=int, default=TrainConfig.eval_every)
     parser.add_argument("--long-pad-prob", type=float, default=TrainConfig.long_pad_prob,
                         help="denoiser: share of holes with a long pad tail (see TrainConfig)")
+    parser.add_argument("--ordered-hole-prob", type=float, default=TrainConfig.ordered_hole_prob,
+                        help="denoiser: share of hole rows with a written start and a masked "
+                             "tail (see mask_hole_tails)")  # fmt: skip
     parser.add_argument("--template-prob", type=float, default=TrainConfig.template_prob,
                         help="denoiser: share of hole rows cut like a template")
     parser.add_argument("--no-bf16", action="store_true", help="train in float32")
@@ -788,7 +822,8 @@ def main(argv: list[str] | None = None) -> None:
         kind=args.kind, seed=args.seed, batch_size=args.batch_size, d_model=args.d_model,
         n_layers=args.layers, n_heads=args.heads, ffn_hidden=args.ffn, copy_dim=args.copy_dim,
         eval_every=args.eval_every, long_pad_prob=args.long_pad_prob,
-        template_prob=args.template_prob, document_boundaries=not args.segment_boundaries,
+        template_prob=args.template_prob, ordered_hole_prob=args.ordered_hole_prob,
+        document_boundaries=not args.segment_boundaries,
     )  # fmt: skip
     checkpoint = args.checkpoint or Path("var/train") / args.out.name / "ckpt.pt"
     previous = _previous_training(args.init_from) if args.init_from else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from gpu_worker.evaluate import (
     is_valid,
     judged_nll,
     locked_preserved,
+    main,
     markdown_table,
     write_report,
     write_samples,
@@ -125,3 +127,40 @@ def test_the_shipped_ar_judge_finds_a_real_document_more_typical_than_its_words_
         words = text.split(" ")
         shuffled = " ".join(words[1::2] + words[::2])
         assert judged_nll(judge, text) + 1.0 < judged_nll(judge, shuffled)
+
+
+def test_the_validation_split_gives_other_documents_and_says_so(
+    corpus_tokenizer: StencilTokenizer, tmp_path: Path
+) -> None:
+    test_docs = {c.doc.text for c in build_cases("entity_left", 4, corpus_tokenizer.encode)}
+    val = build_cases("entity_left", 4, corpus_tokenizer.encode, split="val")
+    assert len(val) == 4 and not test_docs & {c.doc.text for c in val}
+    assert {c.doc.text for c in val} <= {document_at("val", i).text for i in range(100)}
+    denoiser = _save(tmp_path / "d", corpus_tokenizer, "denoiser")
+    ar = _save(tmp_path / "a", corpus_tokenizer, "ar_fim")
+    main(["--denoiser", str(denoiser), "--ar", str(ar), "--per-kind", "1", "--kinds", "choice",
+          "--sampler", '{"max_steps": 4}', "--split", "val", "--out", str(tmp_path / "v")])  # fmt: skip
+    report = (tmp_path / "v" / "REPORT.md").read_text()
+    assert "Validation split. Command: `python -m gpu_worker.evaluate --split val`." in report
+    assert json.loads((tmp_path / "v" / "results.json").read_text())["split"] == "val"
+
+
+
+def test_threshold_study_pairs_each_config_with_even_on_the_same_cases(
+    corpus_tokenizer: StencilTokenizer, tmp_path: Path
+) -> None:
+    from bench.threshold_study import BASE, markdown, sign_test, study
+
+    assert sign_test(0, 0) == 1.0 and sign_test(3, 3) == 1.0
+    assert sign_test(0, 6) == pytest.approx(2 / 64) and sign_test(6, 0) == sign_test(0, 6)
+    results = study(_save(tmp_path / "d", corpus_tokenizer, "denoiser"), 2, ("choice", "entity_right"))
+    assert results["cases"] == 4
+    base = results["configs"][BASE]
+    for name, r in results["configs"].items():
+        if name == BASE:
+            continue
+        paired = r["paired"]
+        difference = (paired["only_threshold"] - paired["only_even"]) / results["cases"]
+        assert r["exact_match"] - base["exact_match"] == pytest.approx(difference)
+        assert r["tokens_per_forward"] > 0
+    assert "| threshold-0.1 |" in markdown(results)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 from gpu_worker.corpus import document_at, iter_split
@@ -21,6 +23,7 @@ from gpu_worker.train import (
     load_initial_weights,
     main,
     make_batch,
+    mask_hole_tails,
     model_config,
     pick_holes,
     repeated_spans,
@@ -124,6 +127,51 @@ def test_long_pad_tails_reach_past_the_short_budget(corpus_tokenizer: StencilTok
                 run = 0
     assert max(tails) > cfg.max_pad_budget
     assert max(tails) <= max(cfg.long_pad_budget, mc.max_len)
+
+
+@given(st.lists(st.tuples(st.integers(1, 8), st.integers(0, 6)), min_size=1, max_size=4),
+       st.integers(0, 1000))
+def test_hole_tails_mask_a_suffix_of_each_budget_with_all_its_pad(
+    holes: list[tuple[int, int]], seed: int
+) -> None:
+    budgets, start = [], 3
+    for content, pad in holes:
+        budgets.append((start, start + content, start + content + pad))
+        start += content + pad + 2
+    picked = mask_hole_tails(budgets, start, random.Random(seed))
+    assert picked is not None
+    masked, weight = picked
+    assert weight == pytest.approx(1 / len(masked))
+    for a, content_end, end in budgets:
+        inside = sorted(p for p in masked if a <= p < end)
+        assert inside, "every hole keeps something to predict"
+        assert inside == list(range(inside[0], end))  # one suffix of the budget
+        assert inside[0] <= content_end  # all of its pad is masked
+    assert all(any(a <= p < end for a, _, end in budgets) for p in masked)
+
+
+def test_ordered_hole_rows_mask_every_pad_after_a_written_start(
+    corpus_tokenizer: StencilTokenizer,
+) -> None:
+    cfg = _cfg(hole_fraction=1.0, ordered_hole_prob=1.0)
+    mc = model_config(cfg, corpus_tokenizer)
+    written_starts = 0
+    for index in range(30):
+        ex = denoiser_example(document_at("train", index), corpus_tokenizer.encode,
+                              random.Random(index), cfg, mc)  # fmt: skip
+        masked = [x == mc.mask_id for x in ex.inputs]
+        assert all(m for m, y in zip(masked, ex.targets, strict=True) if y == mc.pad_id)
+        assert all(ex.inputs[i] == ex.targets[i] for i, m in enumerate(masked) if not m)
+        # A masked run never stops inside a pad tail, and pad never sits visible after it.
+        for i in range(len(masked) - 1):
+            if masked[i] and not masked[i + 1]:
+                assert ex.targets[i + 1] != mc.pad_id
+        reference = denoiser_example(document_at("train", index), corpus_tokenizer.encode,
+                                     random.Random(index), replace(cfg, ordered_hole_prob=0.0),
+                                     mc)  # fmt: skip
+        assert ex.targets == reference.targets  # only the masking changes
+        written_starts += sum(ex.inputs) != sum(reference.inputs)
+    assert written_starts > 20  # the recipe changes the rows (it is not a no-op)
 
 
 def test_fim_rows_put_the_middle_after_prefix_and_suffix(corpus_tokenizer: StencilTokenizer) -> None:
