@@ -2,12 +2,13 @@
 
 The sampler bench's 80 cases put threshold-0.1 one case short of even-1/step's exact match.
 This study runs only the batch-1 exact (no-cache) configs of that grid, `even-1/step` and
-`threshold-τ`, on as many cases as asked, and compares each threshold config with even-1/step
+`threshold-τ` (any τ), on as many cases as asked, and compares each threshold config with even-1/step
 on the same cases: how many only one of them gets right, and an exact two-sided sign test
 (McNemar) of whether the difference is more than chance. Quality and counts only, no wall
 times, so it may share the machine with other work.
 
     python bench/threshold_study.py --cases 48     # 48 per hole kind, 240 cases
+    python bench/threshold_study.py --split val --taus 0.1,0.15,0.2,0.25,0.3   # choose τ on val
 
 Writes bench/sampler/threshold_study.json and THRESHOLD_STUDY.md.
 """
@@ -23,12 +24,27 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.sampler_bench import KINDS, TAUS, eval_cases, exact, sampler_grid  # noqa: E402
-from gpu_worker.backends import load_backend  # noqa: E402
+from bench.sampler_bench import KINDS, TAUS, Case, exact, sampler_grid  # noqa: E402
+from gpu_worker.backends import LoadedModel, load_backend  # noqa: E402
+from gpu_worker.config import SamplerConfig  # noqa: E402
+from gpu_worker.corpus import Split  # noqa: E402
 from gpu_worker.infill import infill_request  # noqa: E402
 
 BASE = "even-1/step"
-CONFIGS = (BASE, *(f"threshold-{tau}" for tau in TAUS))
+
+
+def configs(taus: tuple[float, ...]) -> dict[str, SamplerConfig]:
+    """even-1/step and one threshold config per τ, as the sampler bench's grid builds them."""
+    grid = sampler_grid()
+    threshold = grid[f"threshold-{TAUS[0]}"]
+    return {BASE: grid[BASE], **{f"threshold-{tau}": threshold.replace(threshold=tau) for tau in taus}}
+
+
+def cases_of(loaded: LoadedModel, kind: str, per_kind: int, split: Split) -> list[Case]:
+    from gpu_worker.evaluate import build_cases
+
+    built = build_cases(kind, per_kind, loaded.tokenizer.encode, split=split)
+    return [Case(c.request(), {c.holes[0].name: c.holes[0].target}) for c in built]
 
 
 def sign_test(only_a: int, only_b: int) -> float:
@@ -40,16 +56,19 @@ def sign_test(only_a: int, only_b: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def study(model: Path, per_kind: int, kinds: tuple[str, ...]) -> dict[str, Any]:
+def study(
+    model: Path, per_kind: int, kinds: tuple[str, ...], *, taus: tuple[float, ...] = TAUS,
+    split: Split = "test",
+) -> dict[str, Any]:  # fmt: skip
     loaded = load_backend(model)
-    by_kind = {kind: eval_cases(loaded, per_kind, (kind,)) for kind in kinds}
+    by_kind = {kind: cases_of(loaded, kind, per_kind, split) for kind in kinds}
     cases = [case for kind in kinds for case in by_kind[kind]]
     kind_of = [kind for kind in kinds for _ in by_kind[kind]]
-    grid = sampler_grid()
+    grid = configs(taus)
     hits: dict[str, list[float]] = {}
     out: dict[str, Any] = {"model": loaded.name, "weights_sha256": loaded.weights_sha256,
-                           "cases": len(cases), "configs": {}}  # fmt: skip
-    for name in CONFIGS:
+                           "cases": len(cases), "split": split, "configs": {}}  # fmt: skip
+    for name in grid:
         em, passes, committed = [], 0, 0
         for case in cases:
             outcome = infill_request(loaded, case.request, config=grid[name])
@@ -62,7 +81,7 @@ def study(model: Path, per_kind: int, kinds: tuple[str, ...]) -> dict[str, Any]:
         out["configs"][name] = {"exact_match": sum(em) / len(em),
                                 "tokens_per_forward": committed / max(1, passes),
                                 "forward_passes": passes / len(cases), "per_kind": by_kind_em}  # fmt: skip
-    for name in CONFIGS[1:]:
+    for name in list(grid)[1:]:
         only_base = sum(b > t for b, t in zip(hits[BASE], hits[name], strict=True))
         only_this = sum(t > b for b, t in zip(hits[BASE], hits[name], strict=True))
         out["configs"][name]["paired"] = {"only_even": only_base, "only_threshold": only_this,
@@ -73,8 +92,9 @@ def study(model: Path, per_kind: int, kinds: tuple[str, ...]) -> dict[str, Any]:
 def markdown(results: dict[str, Any]) -> str:
     base = results["configs"][BASE]
     lines = ["# Threshold study: tokens per forward against even-1/step's exact match", "",
-             f"Model `{results['model']}`, {results['cases']} test cases, no cache, batch 1, the "
-             "presets' end-of-hole and repeat rules. Command: `python bench/threshold_study.py`.", "",
+             f"Model `{results['model']}`, {results['cases']} {results['split']} cases, no cache, "
+             "batch 1, the presets' end-of-hole and repeat rules. Command: "
+             "`python bench/threshold_study.py`.", "",
              "| config | EM | EM − even (points) | tok/fwd | fwd passes | only even right | "
              "only this right | sign test p |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, r in results["configs"].items():
@@ -103,12 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, default=Path("models/stencil-denoiser"))
     parser.add_argument("--cases", type=int, default=48, help="cases per hole kind")
     parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--taus", default=",".join(map(str, TAUS)), help="comma-separated τ")
+    parser.add_argument("--split", choices=["test", "val"], default="test",
+                        help="val: choose τ there; the report's name says which split")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("bench/sampler"))
     args = parser.parse_args(argv)
-    results = study(args.model, args.cases, tuple(args.kinds.split(",")))
+    results = study(args.model, args.cases, tuple(args.kinds.split(",")),
+                    taus=tuple(float(t) for t in args.taus.split(",")), split=args.split)  # fmt: skip
+    suffix = "" if args.split == "test" else f"_{args.split}"
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "threshold_study.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.out / "THRESHOLD_STUDY.md").write_text(markdown(results))
+    (args.out / f"threshold_study{suffix}.json").write_text(json.dumps(results, indent=2) + "\n")
+    (args.out / f"THRESHOLD_STUDY{suffix.upper()}.md").write_text(markdown(results))
     print(markdown(results))
     return 0
 

@@ -57,8 +57,8 @@ HOLE_KINDS = (
 CASE_SEED = 1234  # picks spans inside the test documents
 ELBO_SAMPLES = 8  # stratified mask ratios per negative-ELBO estimate
 MAX_DOCS_SCANNED = 4000  # documents searched for cases of one kind
-SPLIT_NAMES = {"test": "Test (held-out seeds and phrase variants)", "val": "Validation",
-               "train": "Train"}  # fmt: skip
+SPLIT_NAMES = {"test": "Test split (held-out seeds and phrase variants)",
+               "val": "Validation split", "train": "Train split"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -438,7 +438,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("exact match")
     ax.set_ylim(0, 1)
     split = SPLIT_NAMES[results.get("split", "test")].split(" (")[0]
-    ax.set_title(f"{split} split: exact match by hole kind")
+    ax.set_title(f"{split}: exact match by hole kind")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -465,7 +465,7 @@ def write_report(results: dict[str, Any], out: Path) -> None:
     text = [
         "# Evaluation: Stencil denoiser vs AR-FIM baseline",
         "",
-        f"{SPLIT_NAMES[results.get('split', 'test')]} split. Command: "
+        f"{SPLIT_NAMES[results.get('split', 'test')]}. Command: "
         "`python -m gpu_worker.evaluate"
         + (f" --split {results['split']}" if results.get("split", "test") != "test" else "")
         + "`.",
@@ -546,7 +546,7 @@ def write_samples(
     config = config_from_overrides(None, sampler or {})
     lines = ["# One document of each kind, written by the denoiser", "",
              f"Model `{denoiser.name}`, sampler `{json.dumps(sampler or {})}` over the default "
-             f"preset, seed {seed}. {SPLIT_NAMES[split]} split. Holes: every",
+             f"preset, seed {seed}. {SPLIT_NAMES[split]}. Holes: every",
              "sentence, choice and JSON value and every later mention of a repeated entity; text",
              "written by a model is between ⟦ and ⟧. Under each: the original and AR-FIM's fill.",
              "Command: `python -m gpu_worker.evaluate --samples`.", ""]  # fmt: skip

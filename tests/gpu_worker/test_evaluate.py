@@ -149,12 +149,18 @@ def test_the_validation_split_gives_other_documents_and_says_so(
 def test_threshold_study_pairs_each_config_with_even_on_the_same_cases(
     corpus_tokenizer: StencilTokenizer, tmp_path: Path
 ) -> None:
-    from bench.threshold_study import BASE, markdown, sign_test, study
+    from bench.sampler_bench import sampler_grid
+    from bench.threshold_study import BASE, configs, markdown, sign_test, study
+
+    grid = sampler_grid()
+    assert all(grid[name] == config for name, config in configs((0.1, 0.5, 0.9)).items())
+    assert configs((0.2,))["threshold-0.2"].threshold == 0.2
 
     assert sign_test(0, 0) == 1.0 and sign_test(3, 3) == 1.0
     assert sign_test(0, 6) == pytest.approx(2 / 64) and sign_test(6, 0) == sign_test(0, 6)
-    results = study(_save(tmp_path / "d", corpus_tokenizer, "denoiser"), 2, ("choice", "entity_right"))
-    assert results["cases"] == 4
+    results = study(_save(tmp_path / "d", corpus_tokenizer, "denoiser"), 2, ("choice", "entity_right"),
+                    taus=(0.1, 0.2), split="val")  # fmt: skip
+    assert results["cases"] == 4 and list(results["configs"]) == [BASE, "threshold-0.1", "threshold-0.2"]
     base = results["configs"][BASE]
     for name, r in results["configs"].items():
         if name == BASE:
@@ -163,4 +169,4 @@ def test_threshold_study_pairs_each_config_with_even_on_the_same_cases(
         difference = (paired["only_threshold"] - paired["only_even"]) / results["cases"]
         assert r["exact_match"] - base["exact_match"] == pytest.approx(difference)
         assert r["tokens_per_forward"] > 0
-    assert "| threshold-0.1 |" in markdown(results)
+    assert "| threshold-0.2 |" in markdown(results) and "4 val cases" in markdown(results)
