@@ -43,7 +43,7 @@ DOC_CONFIGS = tuple(  # whole documents
     f"threshold-{tau}{suffix}" for tau in (0.9, 0.3, 0.1) for suffix in ("", *CACHES)
 )
 BLOCK = 32
-RULES: dict[str, Any] = {  # the presets' end-of-hole and repeat rules
+RULES: dict[str, Any] = {  # the presets' end-of-hole rule (now off) and repeat ban
     "tail_threshold": PRESETS[DEFAULT_PRESET].tail_threshold,
     "ban_adjacent_repeats": PRESETS[DEFAULT_PRESET].ban_adjacent_repeats,
 }
@@ -52,9 +52,8 @@ AR = "AR-FIM (KV cache)"
 
 
 def sampler_grid() -> dict[str, SamplerConfig]:
-    """The configurations compared at batch 1: every one ends holes and bans adjacent
-    repeats as the presets do (``tail_threshold``, ``ban_adjacent_repeats``); two rows show
-    both rules off."""
+    """The configurations compared at batch 1: every one sets ``tail_threshold`` and
+    ``ban_adjacent_repeats`` as the presets do; two rows turn both off."""
     even = SamplerConfig(commit_rule="even", block_length=BLOCK, steps_per_block=BLOCK, **RULES)
     exact = {"even-1/step": even}
     for tau in TAUS:

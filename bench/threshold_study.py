@@ -93,7 +93,7 @@ def markdown(results: dict[str, Any]) -> str:
     base = results["configs"][BASE]
     lines = ["# Threshold study: tokens per forward against even-1/step's exact match", "",
              f"Model `{results['model']}`, {results['cases']} {results['split']} cases, no cache, "
-             "batch 1, the presets' end-of-hole and repeat rules. Command: "
+             "batch 1, the presets' end-of-hole and repeat rules (RULES in sampler_bench). Command: "
              "`python bench/threshold_study.py`.", "",
              "| config | EM | EM − even (points) | tok/fwd | fwd passes | only even right | "
              "only this right | sign test p |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip

@@ -543,7 +543,8 @@ def write_samples(
 
     denoiser = load_backend(denoiser_dir)
     ar = load_backend(ar_dir) if ar_dir is not None and (ar_dir / "config.json").is_file() else None
-    config = config_from_overrides(None, sampler or {})
+    overrides = dict(sampler or {})  # a "preset" key names the preset, as in a request
+    config = config_from_overrides(overrides.pop("preset", None), overrides)
     lines = ["# One document of each kind, written by the denoiser", "",
              f"Model `{denoiser.name}`, sampler `{json.dumps(sampler or {})}` over the default "
              f"preset, seed {seed}. {SPLIT_NAMES[split]}. Holes: every",
