@@ -54,7 +54,7 @@ HOLE_KINDS = (
     "entity_right", "entity_left", "sentence", "number_date", "choice", "json_value",
     "entity_right_single",
 )  # fmt: skip
-CASE_SEED = 1234  # picks spans inside the test documents
+CASE_SEED = 1234  # picks spans inside the documents
 ELBO_SAMPLES = 8  # stratified mask ratios per negative-ELBO estimate
 MAX_DOCS_SCANNED = 4000  # documents searched for cases of one kind
 SPLIT_NAMES = {"test": "Test split (held-out seeds and phrase variants)",
@@ -531,7 +531,7 @@ def write_samples(
     judge_per_kind: int = 5,
     split: Split = "test",
 ) -> str:
-    """``SAMPLES.md``: one test document of each kind written by the denoiser (the default
+    """``SAMPLES.md``: one ``split`` document of each kind written by the denoiser (the default
     preset with ``sampler`` overrides), each hole's text marked, beside the original and, with
     ``ar_dir``, the same holes filled by AR-FIM, and a table of how typical the documents
     read over ``judge_per_kind`` documents of each kind (see :func:`judged_nll`). Returns the
@@ -550,7 +550,8 @@ def write_samples(
              f"preset, seed {seed}. {SPLIT_NAMES[split]}. Holes: every",
              "sentence, choice and JSON value and every later mention of a repeated entity; text",
              "written by a model is between ⟦ and ⟧. Under each: the original and AR-FIM's fill.",
-             "Command: `python -m gpu_worker.evaluate --samples`.", ""]  # fmt: skip
+             "Command: `python -m gpu_worker.evaluate --samples"
+             + ("`." if split == "test" else f" --split {split}`."), ""]  # fmt: skip
     header = len(lines)  # the judged table goes after the header, before the documents
     judged = ar is not None and judge_per_kind > 0
     table = [f"How typical the documents read: mean NLL per token (nats) of the whole text, "
