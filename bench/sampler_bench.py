@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpu_worker.backends import LoadedModel, load_backend  # noqa: E402
 from gpu_worker.canvas import parse_canvas  # noqa: E402
 from gpu_worker.config import DEFAULT_PRESET, PRESETS, SamplerConfig  # noqa: E402
+from gpu_worker.corpus import Split  # noqa: E402
 from gpu_worker.infill import infill_request, model_vocab_size  # noqa: E402
 from gpu_worker.sampler import denoise_batch, model_int  # noqa: E402
 
@@ -84,12 +85,14 @@ class Case:
     targets: dict[str, str]  # scored hole name -> reference text (other holes are context)
 
 
-def eval_cases(loaded: LoadedModel, per_kind: int, kinds: tuple[str, ...] = KINDS) -> list[Case]:
+def eval_cases(
+    loaded: LoadedModel, per_kind: int, kinds: tuple[str, ...] = KINDS, split: Split = "test"
+) -> list[Case]:
     from gpu_worker.evaluate import build_cases
 
     cases = []
     for kind in kinds:
-        for case in build_cases(kind, per_kind, loaded.tokenizer.encode):
+        for case in build_cases(kind, per_kind, loaded.tokenizer.encode, split=split):
             target = case.holes[0]  # the scored hole, as in gpu_worker.evaluate
             cases.append(Case(case.request(), {target.name: target.target}))
     return cases

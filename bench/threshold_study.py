@@ -25,8 +25,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.sampler_bench import KINDS, TAUS, Case, exact, sampler_grid  # noqa: E402
-from gpu_worker.backends import LoadedModel, load_backend  # noqa: E402
+from bench.sampler_bench import KINDS, TAUS, eval_cases, exact, sampler_grid  # noqa: E402
+from gpu_worker.backends import load_backend  # noqa: E402
 from gpu_worker.config import SamplerConfig  # noqa: E402
 from gpu_worker.corpus import Split  # noqa: E402
 from gpu_worker.infill import infill_request  # noqa: E402
@@ -39,13 +39,6 @@ def configs(taus: tuple[float, ...]) -> dict[str, SamplerConfig]:
     grid = sampler_grid()
     threshold = grid[f"threshold-{TAUS[0]}"]
     return {BASE: grid[BASE], **{f"threshold-{tau}": threshold.replace(threshold=tau) for tau in taus}}
-
-
-def cases_of(loaded: LoadedModel, kind: str, per_kind: int, split: Split) -> list[Case]:
-    from gpu_worker.evaluate import build_cases
-
-    built = build_cases(kind, per_kind, loaded.tokenizer.encode, split=split)
-    return [Case(c.request(), {c.holes[0].name: c.holes[0].target}) for c in built]
 
 
 def sign_test(only_a: int, only_b: int) -> float:
@@ -62,7 +55,7 @@ def study(
     split: Split = "test",
 ) -> dict[str, Any]:  # fmt: skip
     loaded = load_backend(model)
-    by_kind = {kind: cases_of(loaded, kind, per_kind, split) for kind in kinds}
+    by_kind = {kind: eval_cases(loaded, per_kind, (kind,), split) for kind in kinds}
     cases = [case for kind in kinds for case in by_kind[kind]]
     kind_of = [kind for kind in kinds for _ in by_kind[kind]]
     grid = configs(taus)

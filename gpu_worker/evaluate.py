@@ -462,13 +462,12 @@ def write_report(results: dict[str, Any], out: Path) -> None:
             seen.add(key)
             examples.append(f"| {rec['kind']} | {rec['model']} | {rec['doc_kind']} | "
                             f"`{_cell(rec['target'])}` | `{_cell(rec['prediction'])}` |")  # fmt: skip
+    split = results.get("split", "test")
     text = [
         "# Evaluation: Stencil denoiser vs AR-FIM baseline",
         "",
-        f"{SPLIT_NAMES[results.get('split', 'test')]}. Command: "
-        "`python -m gpu_worker.evaluate"
-        + (f" --split {results['split']}" if results.get("split", "test") != "test" else "")
-        + "`.",
+        f"{SPLIT_NAMES[split]}. Command: `python -m gpu_worker.evaluate"
+        + ("`." if split == "test" else f" --split {split}`."),
         "Each case holds the target hole plus a second hole (a sentence elsewhere), except",
         "`entity_right_single`. D = denoiser through the diffusion sampler (`gpu_worker.infill`),",
         "AR = AR-FIM route (`gpu_worker.ar`). nats/token: the denoiser's negative ELBO of the",
