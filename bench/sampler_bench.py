@@ -38,23 +38,26 @@ from gpu_worker.infill import infill_request, model_vocab_size  # noqa: E402
 from gpu_worker.sampler import denoise_batch, model_int  # noqa: E402
 
 KINDS = ("entity_right", "sentence", "number_date", "choice", "json_value")
-TAUS = (0.1, 0.3, 0.5, 0.7, 0.9)
+TAUS = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 CACHES = {"+cache": "dual", "+delayed": "delayed"}  # name suffix -> SamplerConfig.cache
 DOC_CONFIGS = tuple(  # whole documents
     f"threshold-{tau}{suffix}" for tau in (0.9, 0.3, 0.1) for suffix in ("", *CACHES)
 )
 BLOCK = 32
-RULES: dict[str, Any] = {  # the presets' end-of-hole rule (now off) and repeat ban
+RULES: dict[str, Any] = {  # the presets' rules: end of hole (now off), neighbours, repeats
     "tail_threshold": PRESETS[DEFAULT_PRESET].tail_threshold,
+    "neighbour_threshold": PRESETS[DEFAULT_PRESET].neighbour_threshold,
     "ban_adjacent_repeats": PRESETS[DEFAULT_PRESET].ban_adjacent_repeats,
 }
+RULES_OFF: dict[str, Any] = {"tail_threshold": 1.0, "neighbour_threshold": 0.0,
+                             "ban_adjacent_repeats": False}  # fmt: skip
 NO_RULES = " (rules off)"  # name suffix of a config without them
 AR = "AR-FIM (KV cache)"
 
 
 def sampler_grid() -> dict[str, SamplerConfig]:
-    """The configurations compared at batch 1: every one sets ``tail_threshold`` and
-    ``ban_adjacent_repeats`` as the presets do; two rows turn both off."""
+    """The configurations compared at batch 1: every one sets the ``RULES`` fields as the
+    presets do; two rows turn them off."""
     even = SamplerConfig(commit_rule="even", block_length=BLOCK, steps_per_block=BLOCK, **RULES)
     exact = {"even-1/step": even}
     for tau in TAUS:
@@ -67,7 +70,7 @@ def sampler_grid() -> dict[str, SamplerConfig]:
         for suffix, cache in CACHES.items():
             grid[name + suffix] = config.replace(cache=cache)
     for name in ("even-1/step", "threshold-0.9"):
-        grid[name + NO_RULES] = exact[name].replace(tail_threshold=1.0, ban_adjacent_repeats=False)
+        grid[name + NO_RULES] = exact[name].replace(**RULES_OFF)
     return grid
 
 

@@ -22,7 +22,7 @@ BlockScope = Literal["canvas", "hole"]
 
 # Fields added after configs were first stored; each one's dataclass default decodes as
 # before it existed, and the canonical JSON leaves the field out at that value.
-ADDED_LATER = ("tail_threshold", "ban_adjacent_repeats")
+ADDED_LATER = ("tail_threshold", "ban_adjacent_repeats", "neighbour_threshold")
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "commit_rule": get_args(CommitRule),
@@ -102,6 +102,17 @@ class SamplerConfig:
     # one (except in the flush, the last pass of a spent budget, which commits everything).
     # False: off, the behaviour before the field existed; the presets turn it on.
     ban_adjacent_repeats: bool = False
+    # Threshold rules: a position committed in the same step as its left neighbour (in its
+    # hole) needs at least this probability as well as passing the rule; so does an EOS /
+    # pad that would end its hole in the same step as the hole's last words. Each was judged
+    # with that neighbour masked, so two neighbours written together from a low threshold
+    # need not fit ("Hicks" + EOS for "Hicks Inc", "Jason Schro" + EOS); one below the bar
+    # waits a step and is judged again with its neighbour in place. Tokens further apart
+    # still commit together at the rule's threshold. Chosen on the validation split over a
+    # bar on ends alone and a bar on every token right of a masked one (which kept exact
+    # match but halved tokens per pass); bench/sampler/THRESHOLD_STUDY*.md. The presets set
+    # 0.9. 0.0 is off, the behaviour before the field existed.
+    neighbour_threshold: float = 0.0
     # Arithmetic of the forward pass: fp32, or bf16 under torch.autocast.
     precision: Precision = "fp32"
     # "dual": a KV cache of every position, refreshed once per block; the steps inside a
@@ -201,6 +212,7 @@ def _validate(cfg: SamplerConfig) -> None:
     _check_range("top_p", cfg.top_p, 0.0, 1.0, low_open=True)
     _check_range("remask_below", cfg.remask_below, 0.0, 1.0)
     _check_range("tail_threshold", cfg.tail_threshold, 0.0, 1.0)
+    _check_range("neighbour_threshold", cfg.neighbour_threshold, 0.0, 1.0)
     _check_range("temperature", cfg.temperature, 0.0, math.inf)
     _check_range("entropy_threshold", cfg.entropy_threshold, 0.0, math.inf)
 
@@ -220,13 +232,13 @@ PRESETS: dict[str, SamplerConfig] = {
     # same EM as the dual cache at 0.7 and 0.9, 10-20% less wall time).
     "fast": SamplerConfig(
         commit_rule="threshold", threshold=0.7, block_length=32, cache="delayed",
-        ban_adjacent_repeats=True,
+        ban_adjacent_repeats=True, neighbour_threshold=0.9,
     ),
     # The default: Fast-dLLM's threshold with the dual cache, whose texts match uncached
     # decoding more often than the delayed cache's do (bench/sampler, "Cache: share ...").
     "balanced": SamplerConfig(
         commit_rule="threshold", threshold=0.9, block_length=32, cache="dual",
-        ban_adjacent_repeats=True,
+        ban_adjacent_repeats=True, neighbour_threshold=0.9,
     ),
     # One token per step in small blocks, exact attention, with low-confidence re-masking.
     "careful": SamplerConfig(

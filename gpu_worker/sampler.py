@@ -9,8 +9,9 @@ The loop, per canvas (several canvases advance in lockstep in one batch):
    with delayed caching only the block's masked positions and last step's changes), then
    :func:`_commit_step` pads the free holes' tails the model says are unused budget, picks
    which masked positions of the active block to commit under the commit rule (optionally
-   never a word its neighbour already holds), optionally re-masks a few unsure ones, and
-   enforces the protect mask.
+   never a word its neighbour already holds, nor two neighbours at once unless the model is
+   sure of the right one), optionally re-masks a few unsure ones, and enforces the protect
+   mask.
 3. A block ends when nothing in it is masked; the request ends when no block is left, when
    ``should_stop()`` says so (cancelled: nothing is committed after), or when the step budget
    is down to one pass, which commits everything left (a flush).
@@ -584,7 +585,7 @@ def _commit_step(
     decision = _propose(row, eligible, scores, config)
     if decision is None:
         return committed, padded, probs
-    chosen = _select(decision, _quota(row, block, config), config)  # [k] indices
+    chosen = _select(row, decision, _quota(row, block, config), config)  # [k] indices
     if decision.held and config.commit_rule != "even":
         chosen = _release_ends(row, decision, chosen, config)
     for i in sorted(chosen.tolist()):  # left to right, so an EOS pads what follows it
@@ -830,7 +831,7 @@ def _quota(row: _Row, block: torch.Tensor, config: SamplerConfig) -> int:
     return masked if steps_left <= 0 else max(1, -(-masked // steps_left))
 
 
-def _select(decision: _Decision, quota: int, config: SamplerConfig) -> torch.Tensor:
+def _select(row: _Row, decision: _Decision, quota: int, config: SamplerConfig) -> torch.Tensor:
     """[k] indices into the decision of the positions to commit (never empty)."""
     score = decision.score
     if config.commit_rule == "even":
@@ -839,7 +840,27 @@ def _select(decision: _Decision, quota: int, config: SamplerConfig) -> torch.Ten
     passing = _passes(score, config)
     if not bool(passing.any()):
         return score.argmax().reshape(1)
-    return passing.nonzero().squeeze(-1)
+    chosen = passing.nonzero().squeeze(-1)
+    if config.neighbour_threshold > 0:
+        chosen = _apart(row, decision, chosen, config.neighbour_threshold)
+    return chosen
+
+
+def _apart(row: _Row, decision: _Decision, chosen: torch.Tensor, bar: float) -> torch.Tensor:
+    """``chosen`` without each position whose left neighbour in its hole is committed in the
+    same step and whose probability is below ``bar``, walking left to right (a dropped
+    position frees its right neighbour). The leftmost chosen position always stays."""
+    positions = decision.positions[chosen].tolist()
+    prob = decision.prob[chosen].tolist()
+    keep: list[int] = []
+    kept: set[int] = set()
+    for j in sorted(range(len(positions)), key=positions.__getitem__):
+        p = positions[j]
+        if p - 1 in kept and row.hole_at[p - 1] == row.hole_at[p] and prob[j] < bar:
+            continue
+        keep.append(int(chosen[j]))
+        kept.add(p)
+    return torch.tensor(sorted(keep), dtype=torch.long, device=chosen.device)
 
 
 def _passes(score: torch.Tensor | float, config: SamplerConfig) -> Any:
@@ -853,14 +874,17 @@ def _passes(score: torch.Tensor | float, config: SamplerConfig) -> Any:
 def _release_ends(
     row: _Row, decision: _Decision, chosen: torch.Tensor, config: SamplerConfig
 ) -> torch.Tensor:
-    """``chosen`` plus each held-back EOS / pad that passes the rule on its own score and
-    whose hole has every earlier masked position committed in this same step: a hole the
-    model is sure of ends in the pass that writes it, not one pass later."""
+    """``chosen`` plus each held-back EOS / pad that passes the rule on its own score, has
+    at least ``neighbour_threshold`` probability (it was judged with those positions
+    masked), and whose hole has every earlier masked position committed in this same step: a
+    hole the model is sure of ends in the pass that writes it, not one pass later."""
     picked = set(chosen.tolist())
     committing = {int(decision.positions[i]) for i in picked}
     for i in sorted(decision.held, key=lambda j: int(decision.positions[j])):
         position = int(decision.positions[i])
-        if not _passes(decision.held[i], config):
+        if not _passes(decision.held[i], config) or (
+            float(decision.prob[i]) < config.neighbour_threshold
+        ):
             continue
         hole = row.canvas.holes[row.hole_at[position]]
         span = torch.arange(hole.start, position, device=row.x.device)

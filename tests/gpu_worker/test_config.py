@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_worker.config import PRESETS, SamplerConfig, config_from_overrides
+from gpu_worker.config import ADDED_LATER, PRESETS, SamplerConfig, config_from_overrides
 
 configs = st.builds(
     SamplerConfig,
@@ -24,6 +24,8 @@ configs = st.builds(
     remask_budget=st.integers(0, 4),
     stop_on_eos=st.booleans(),
     tail_threshold=st.floats(0.0, 1.0),
+    ban_adjacent_repeats=st.booleans(),
+    neighbour_threshold=st.floats(0.0, 1.0),
     precision=st.sampled_from(["fp32", "bf16"]),
     cache=st.sampled_from(["none", "dual", "delayed"]),
 )
@@ -109,13 +111,26 @@ def test_config_from_overrides_rejects_unknown_presets_and_fields() -> None:
         config_from_overrides("fast", {"speed": 3})
 
 
-def test_a_config_stored_before_tail_threshold_keeps_its_sha256_and_decodes_as_before() -> None:
+@pytest.mark.parametrize(
+    ("name", "off", "on"),
+    [("tail_threshold", 1.0, 0.5), ("ban_adjacent_repeats", False, True),
+     ("neighbour_threshold", 0.0, 0.9)],
+)  # fmt: skip
+def test_a_config_stored_before_a_field_was_added_keeps_its_sha256_and_decodes_as_before(
+    name: str, off: object, on: object
+) -> None:
+    assert name in ADDED_LATER
     stored = json.loads(SamplerConfig().to_json())
-    assert "tail_threshold" not in stored  # at 1.0 (off) the field is left out
+    assert name not in stored  # at the value that decodes as before, the field is left out
     before = json.dumps(stored, sort_keys=True, separators=(",", ":"))
     config = SamplerConfig.from_json(before)
-    assert config.tail_threshold == 1.0
+    assert getattr(config, name) == off
     assert config.to_json() == before
-    on = config.replace(tail_threshold=0.5)
-    assert json.loads(on.to_json())["tail_threshold"] == 0.5 and on.sha256 != config.sha256
-    assert SamplerConfig.from_json(on.to_json()) == on
+    turned_on = config.replace(**{name: on})
+    assert json.loads(turned_on.to_json())[name] == on and turned_on.sha256 != config.sha256
+    assert SamplerConfig.from_json(turned_on.to_json()) == turned_on
+
+
+def test_a_neighbour_threshold_outside_0_1_is_rejected() -> None:
+    with pytest.raises(ValueError, match=r"neighbour_threshold=1.5 must lie in \[0.0, 1.0\]"):
+        SamplerConfig.from_json({"neighbour_threshold": 1.5})

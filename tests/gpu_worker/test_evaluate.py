@@ -149,12 +149,17 @@ def test_the_validation_split_gives_other_documents_and_says_so(
 def test_threshold_study_pairs_each_config_with_even_on_the_same_cases(
     corpus_tokenizer: StencilTokenizer, tmp_path: Path
 ) -> None:
-    from bench.sampler_bench import sampler_grid
+    from bench.sampler_bench import RULES, sampler_grid
     from bench.threshold_study import BASE, configs, markdown, sign_test, study
 
     grid = sampler_grid()
     assert all(grid[name] == config for name, config in configs((0.1, 0.5, 0.9)).items())
     assert configs((0.2,))["threshold-0.2"].threshold == 0.2
+    with_bar = configs((0.2,), bars=(0.0,))
+    assert list(with_bar) == [BASE, "threshold-0.2", "threshold-0.2 (neighbour bar 0.0)"]
+    assert with_bar["threshold-0.2"].neighbour_threshold == RULES["neighbour_threshold"] > 0
+    assert with_bar["threshold-0.2 (neighbour bar 0.0)"] == with_bar["threshold-0.2"].replace(
+        neighbour_threshold=0.0)  # fmt: skip
 
     assert sign_test(0, 0) == 1.0 and sign_test(3, 3) == 1.0
     assert sign_test(0, 6) == pytest.approx(2 / 64) and sign_test(6, 0) == sign_test(0, 6)

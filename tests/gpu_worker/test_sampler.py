@@ -75,6 +75,7 @@ sampler_configs = st.builds(
     stop_on_eos=st.booleans(),
     tail_threshold=st.sampled_from([0.3, 1.0]),
     ban_adjacent_repeats=st.booleans(),
+    neighbour_threshold=st.sampled_from([0.0, 0.9]),
     cache=st.sampled_from(["none", "dual", "delayed"]),
 )
 
@@ -346,6 +347,70 @@ def test_eos_in_a_hole_ends_it_and_the_tail_is_stripped(
     assert result.steps == eos_step + 1
     assert result.ids[start + 2 :].tolist()[:4] == [canvas.pad_id] * 4
     assert result.hole_texts["a"] == tokenizer.decode(result.ids[start : start + 2].tolist())
+
+
+class HalfSure(torch.nn.Module):
+    """Wraps a model so that chosen tokens win at chosen positions (logit 1e4) and one token
+    has probability one half at one position."""
+
+    def __init__(
+        self, inner: StencilTransformer, forced: dict[int, int], half: tuple[int, int]
+    ) -> None:
+        super().__init__()
+        self.forced, self.target = ForcedTokens(inner, forced), half
+        self.mask_id, self.pad_id, self.eos_id, self.max_len = (
+            inner.mask_id, inner.pad_id, inner.eos_id, inner.max_len)  # fmt: skip
+
+    def forward(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        logits = self.forced(ids, attention_mask)
+        position, token = self.target
+        others = logits[:, position].clone()
+        others[:, token] = -torch.inf
+        logits[:, position, token] = torch.logsumexp(others, dim=-1)  # p = 1/2
+        return logits
+
+
+@pytest.mark.parametrize("bar", [0.0, 0.9])
+def test_an_unsure_end_waits_a_step_when_it_is_below_the_neighbour_threshold(
+    tokenizer: StencilTokenizer, model: StencilTransformer, bar: float
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 2}, {"text": "."}])
+    start = canvas.holes[0].start
+    london = word_token(tokenizer, " London")
+    wrapped = HalfSure(model, {start: london}, (start + 1, model.eos_id))
+    config = SamplerConfig(commit_rule="threshold", threshold=0.3, neighbour_threshold=bar,
+                           cache="none")  # fmt: skip
+    result = denoise(wrapped, canvas, config, torch.Generator())
+    committed = [info.committed for info in result.trace]
+    if bar == 0.0:  # the end (p = 0.5 >= 0.3) is released with the word before it
+        assert committed == [[start, start + 1]]
+    else:  # below the bar it waits, and is judged again once " London" is written
+        assert committed == [[start], [start + 1]]
+    assert int(result.ids[start + 1]) in canvas.terminators() and result.hole_texts["a"] == " London"
+
+
+@pytest.mark.parametrize("bar", [0.0, 0.9])
+def test_a_token_written_with_its_left_neighbour_needs_the_neighbour_threshold(
+    tokenizer: StencilTokenizer, model: StencilTransformer, bar: float
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 5}, {"text": "."}])
+    start = canvas.holes[0].start
+    smith, invoice = word_token(tokenizer, " Smith"), word_token(tokenizer, " invoice")
+    # sure of " Smith" two places in; half sure of " invoice" right after it
+    wrapped = HalfSure(model, {start + 2: smith}, (start + 3, invoice))
+    config = SamplerConfig(commit_rule="threshold", threshold=0.3, neighbour_threshold=bar,
+                           stop_on_eos=False, cache="none")  # fmt: skip
+    result = denoise(wrapped, canvas, config, torch.Generator())
+    first = result.trace[0].committed
+    assert start + 2 in first  # sure enough for any bar
+    if bar == 0.0:
+        assert start + 3 in first  # half sure, and written in the same step as " Smith"
+    else:  # below the bar beside a token written in the same step: it waits one step
+        assert start + 3 not in first and start + 3 in result.trace[1].committed
+    assert int(result.ids[start + 3]) == invoice  # once " Smith" is settled, 0.5 will do
+    assert not bool((result.ids == canvas.mask_id).any())
 
 
 @pytest.mark.parametrize("tail_threshold", [0.5, 1.0])
