@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     results = study(args.model, args.cases, tuple(args.kinds.split(",")),
                     taus=tuple(float(t) for t in args.taus.split(",")), split=args.split,
                     bars=tuple(float(b) for b in args.neighbour_bars.split(",") if b))  # fmt: skip
-    results["command"] = " ".join(["python bench/threshold_study.py", *(argv or sys.argv[1:])])
+    results["command"] = " ".join(["python bench/threshold_study.py", *(sys.argv[1:] if argv is None else argv)])
     suffix = "" if args.split == "test" else f"_{args.split}"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"threshold_study{suffix}.json").write_text(json.dumps(results, indent=2) + "\n")
