@@ -536,14 +536,13 @@ def write_samples(
     read over ``judge_per_kind`` documents of each kind (see :func:`judged_nll`). Returns the
     Markdown."""
     from gpu_worker.ar import infill_request_ar
-    from gpu_worker.config import config_from_overrides
+    from gpu_worker.config import config_from_request
     from gpu_worker.corpus import KINDS
     from gpu_worker.infill import infill_request
 
     denoiser = load_backend(denoiser_dir)
     ar = load_backend(ar_dir) if ar_dir is not None and (ar_dir / "config.json").is_file() else None
-    overrides = dict(sampler or {})  # a "preset" key names the preset, as in a request
-    config = config_from_overrides(overrides.pop("preset", None), overrides)
+    config = config_from_request(sampler or {})  # a "preset" key names the preset
     lines = ["# One document of each kind, written by the denoiser", "",
              f"Model `{denoiser.name}`, sampler `{json.dumps(sampler or {})}` over the default "
              f"preset, seed {seed}. {SPLIT_NAMES[split]}. Holes: every",
