@@ -48,7 +48,7 @@ from gpu_worker.corpus import (
     document_at,
     tokenize_with_holes,
 )
-from gpu_worker.model import StencilTransformer
+from gpu_worker.model import StencilTransformer, hole_room
 
 HOLE_KINDS = (
     "entity_right", "entity_left", "sentence", "number_date", "choice", "json_value",
@@ -242,9 +242,11 @@ def denoiser_nelbo(loaded: LoadedModel, case: Case, generator: torch.Generator) 
     row: list[int] = []
     region: list[int] = []  # positions of the target's budget
     n_content = 0  # the target's true tokens
+    budgets: list[tuple[int, int]] = []  # every hole's (start, end) in the row
     cursor = 0
     for (a, b), hole in sorted(zip(ranges, case.holes, strict=True), key=lambda x: x[0][0]):
         row += ids[cursor:a]
+        budgets.append((len(row), len(row) + hole.max_tokens))
         if hole.name == "target":
             content = ids[a:b][: hole.max_tokens]
             region = list(range(len(row), len(row) + hole.max_tokens))
@@ -268,7 +270,8 @@ def denoiser_nelbo(loaded: LoadedModel, case: Case, generator: torch.Generator) 
     masked = torch.zeros_like(inputs, dtype=torch.bool)
     masked[:, pos] = draws
     inputs[masked] = cfg.mask_id
-    logits = net(inputs).float()  # [K, L, V]
+    room = hole_room(len(truth), budgets).repeat(k, 1)  # used by a model with a room embedding
+    logits = net(inputs, room=room).float()  # [K, L, V]
     ce = F.cross_entropy(logits.transpose(1, 2), truth.repeat(k, 1), reduction="none")  # [K, L]
     nelbo = ((ce * masked).sum(1) / t).mean()
     return float(nelbo) / (n_content + 1)

@@ -10,6 +10,7 @@ Shapes: B batch, L sequence length, W window length, H heads, D head dim, V voca
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -46,6 +47,14 @@ class ModelConfig:
     # sequence, so copying a name from elsewhere in the document works for every token, rare
     # ones included, instead of being learned one token at a time. 0 = no copy head.
     copy_dim: int = 0
+    # The room embedding: an input embedding, added to each position's token embedding, of
+    # how many positions of its hole's budget are left from it (1..room_buckets, more is
+    # clipped to room_buckets; 0 = not in a hole, or not known). Without it a model cannot
+    # see where one hole ends and the next begins when no locked text lies between them (two
+    # sentences in a row), and writes the first sentence on into the second's budget.
+    # Zero-initialised, so adding it to a trained model changes nothing until it is trained.
+    # 0 = none (the sampler then passes no room).
+    room_buckets: int = 0
     extra: dict[str, Any] = field(default_factory=dict)  # free-form provenance (corpus, seed)
 
     @property
@@ -222,7 +231,9 @@ class Block(nn.Module):
 
 
 class StencilTransformer(nn.Module):
-    """``logits = model(ids, attention_mask)``: the model-backend protocol of ARCHITECTURE.md."""
+    """``logits = model(ids, attention_mask)``: the model-backend protocol of ARCHITECTURE.md.
+    A model with a room embedding also takes ``room`` (see ``ModelConfig.room_buckets``); the
+    sampler passes it only to a model whose config asks for it."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -235,10 +246,14 @@ class StencilTransformer(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.copy_dim:
             self.copy = CopyHead(cfg)
+        if cfg.room_buckets:
+            self.room = nn.Embedding(cfg.room_buckets + 1, cfg.d_model)
         cos, sin = rope_tables(cfg.max_len, cfg.d_model // cfg.n_heads, cfg.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.apply(self._init_weights)
+        if cfg.room_buckets:
+            nn.init.zeros_(self.room.weight)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -263,10 +278,14 @@ class StencilTransformer(nn.Module):
         return self.config.max_len
 
     def forward(
-        self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+        self,
+        ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        room: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Logits [B, L, V] for ids [B, L]; attention_mask [B, L] bool, True = real token."""
-        logits, _ = self.forward_window(ids, attention_mask=attention_mask)
+        """Logits [B, L, V] for ids [B, L]; attention_mask [B, L] bool, True = real token;
+        room [B, L] long, see ``ModelConfig.room_buckets`` (ignored without a room embedding)."""
+        logits, _ = self.forward_window(ids, attention_mask=attention_mask, room=room)
         return logits
 
     def num_parameters(self) -> int:
@@ -284,6 +303,7 @@ class StencilTransformer(nn.Module):
         positions: torch.Tensor | None = None,  # [B, W] long, instead of start
         from_cache: torch.Tensor | None = None,  # [B, W] bool, with positions
         outputs: torch.Tensor | None = None,  # [B, K] long indices into the window
+        room: torch.Tensor | None = None,  # [B, W] long, the window's room (see ModelConfig)
     ) -> tuple[torch.Tensor, KVCache | None]:
         """Logits [B, W, V] for the window of positions start..start+W, or ``positions``;
         with ``outputs``, logits [B, K, V] of just those window indices (the output head and
@@ -295,7 +315,9 @@ class StencilTransformer(nn.Module):
         values of every layer. See :class:`Window` for per-row ``positions``.
         """
         window = Window(start, positions, from_cache)
-        h, attn_mask, keys, values = self._hidden(ids, window, cache, attention_mask, write_cache)
+        h, attn_mask, keys, values = self._hidden(
+            ids, window, cache, attention_mask, write_cache, room
+        )
         picked = h if outputs is None else h.gather(1, outputs[..., None].expand(-1, -1, h.shape[-1]))
         logits = self.head(picked)
         copy_keys = ids_all = None
@@ -306,11 +328,15 @@ class StencilTransformer(nn.Module):
         return logits, (KVCache(keys, values, copy_keys, ids_all) if write_cache else None)
 
     def target_log_probs(
-        self, ids: torch.Tensor, targets: torch.Tensor, attention_mask: torch.Tensor | None = None
+        self,
+        ids: torch.Tensor,
+        targets: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        room: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """log p(targets) [B, L] under a full forward of ids [B, L]: what the training loss
         reads, without building the copy head's [B, L, V] mixture."""
-        h, attn_mask, _, _ = self._hidden(ids, Window(), None, attention_mask, False)
+        h, attn_mask, _, _ = self._hidden(ids, Window(), None, attention_mask, False, room)
         logits = self.head(h).float()
         vocab = -F.cross_entropy(
             logits.flatten(0, 1), targets.flatten(), reduction="none"
@@ -326,6 +352,7 @@ class StencilTransformer(nn.Module):
         cache: KVCache | None,
         attention_mask: torch.Tensor | None,
         write_cache: bool,
+        room: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, list[torch.Tensor], list[torch.Tensor]]:
         """Final normed hidden states [B, W, C] of the window, its attention mask and, with
         ``write_cache``, every layer's spliced keys and values."""
@@ -348,6 +375,10 @@ class StencilTransformer(nn.Module):
         )[:, None]  # [B or 1, 1, W, D/2]: one table row per query position
         attn_mask = self._attention_mask(b, total, positions, attention_mask, ids.device)
         x = self.embed(ids)
+        if room is not None and self.config.room_buckets:
+            if room.shape != ids.shape:
+                raise ValueError(f"room has shape {tuple(room.shape)}, expected {tuple(ids.shape)}")
+            x = x + self.room(room.clamp(0, self.config.room_buckets))
         keys: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
         for i, block in enumerate(self.blocks):
@@ -473,6 +504,18 @@ def _rows(attn_mask: torch.Tensor | None, outputs: torch.Tensor | None) -> torch
     return rows.gather(2, outputs[:, None, :, None].expand(b, 1, k, rows.shape[-1]))
 
 
+def hole_room(length: int, budgets: Iterable[tuple[int, int]]) -> torch.Tensor:
+    """[length] long: each position's room (``ModelConfig.room_buckets``), the positions left
+    in its hole's budget counting itself, for ``budgets`` (start, end) half-open ranges;
+    0 outside them. Clipping to the embedding's size is the model's business."""
+    room = torch.zeros(length, dtype=torch.long)
+    for start, end in budgets:
+        end = min(end, length)
+        if end > start:
+            room[start:end] = torch.arange(end - start, 0, -1)
+    return room
+
+
 def save_model(model: StencilTransformer, directory: Path, *, dtype: torch.dtype) -> Path:
     """Write ``model.safetensors`` (in ``dtype``) and ``config.json`` into ``directory``."""
     from safetensors.torch import save_file
@@ -514,6 +557,7 @@ __all__ = [
     "ModelConfig",
     "StencilTransformer",
     "count_flops_per_token",
+    "hole_room",
     "load_model",
     "load_weights",
     "save_model",

@@ -40,6 +40,7 @@ from gpu_worker.constraints import (
     PatternConstraint,
     token_table,
 )
+from gpu_worker.model import hole_room
 
 MAX_REMASKS_PER_POSITION = 1  # bounds re-masking, so every block finishes
 
@@ -155,6 +156,7 @@ def denoise_batch(
         ids[b, : canvas.length] = canvas.ids
         attention[b, : canvas.length] = True
     ids, attention = ids.to(device), attention.to(device)
+    room = _room(model, canvases, length, device)
     rows = [
         _new_row(canvas, generators[b], ids[b, : canvas.length], config)
         for b, canvas in enumerate(canvases)
@@ -165,7 +167,7 @@ def denoise_batch(
         if not active:
             break
         started = time.perf_counter()
-        logits, where, cache = _forward(model, ids, attention, config, rows, active, cache)
+        logits, where, cache = _forward(model, ids, attention, config, rows, active, cache, room)
         forward_ms = (time.perf_counter() - started) * 1000
         for i, b in enumerate(active):
             info = _row_step(rows[b], logits[i], where[i], config, forward_ms, started)
@@ -294,6 +296,19 @@ def _active_rows(rows: list[_Row], should_stop: Callable[[int], bool] | None) ->
     return active
 
 
+def _room(
+    model: torch.nn.Module, canvases: Sequence[Canvas], length: int, device: torch.device
+) -> torch.Tensor | None:
+    """[B, length] long: each position's room in its hole's budget (model.hole_room), for a
+    model with a room embedding (``config.room_buckets``); None for any other model."""
+    if not getattr(getattr(model, "config", None), "room_buckets", 0):
+        return None
+    room = torch.zeros((len(canvases), length), dtype=torch.long)
+    for b, canvas in enumerate(canvases):
+        room[b] = hole_room(length, [(hole.start, hole.end) for hole in canvas.holes])
+    return room.to(device)
+
+
 def _is_flush(row: _Row, config: SamplerConfig) -> bool:
     return row.steps >= config.max_steps - 1
 
@@ -307,6 +322,7 @@ def _forward(
     rows: list[_Row],
     active: list[int],
     cache: Any,
+    room: torch.Tensor | None,  # [B, L] long, for a model with a room embedding (see _room)
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], Any]:
     """Per active row (in ``active`` order) its logits [K, V] (float32) and ``where`` [L]:
     the logits row of each canvas position the step reads (-1 = not computed); and the cache.
@@ -328,12 +344,14 @@ def _forward(
             index = torch.tensor(active, device=ids.device)
             length = max(rows[b].canvas.length for b in active)
             outputs, wheres = _block_outputs(rows, active, length, config, ids.device)
+            extra = {} if room is None else {"room": room[index, :length]}
             if outputs is None or not hasattr(model, "forward_window"):
-                logits = model(ids[index, :length], attention_mask=attention[index, :length])
+                logits = model(ids[index, :length], attention_mask=attention[index, :length], **extra)
                 wheres = [torch.arange(length, device=ids.device)] * len(active)
             else:
                 logits, _ = windowed.forward_window(
-                    ids[index, :length], attention_mask=attention[index, :length], outputs=outputs
+                    ids[index, :length], attention_mask=attention[index, :length], outputs=outputs,
+                    **extra,
                 )
             return list(_synced(logits)), wheres, None
         refresh = [b for b in active if rows[b].needs_refresh or _is_flush(rows[b], config)]
@@ -344,7 +362,8 @@ def _forward(
             steps_of = [b if b in refresh else None for b in chosen]
             outputs, wheres = _block_outputs(rows, steps_of, ids.shape[1], config, ids.device)
             logits, fresh = windowed.forward_window(
-                ids[index], attention_mask=attention[index], write_cache=True, outputs=outputs
+                ids[index], attention_mask=attention[index], write_cache=True, outputs=outputs,
+                **({} if room is None else {"room": room[index]}),
             )
             cache = fresh if everyone else _write_rows(cache, index, fresh)
             for i, b in enumerate(chosen):
@@ -355,7 +374,7 @@ def _forward(
         stepping = [b for b in active if b not in out]
         if stepping:
             stepped, cache = _window_forward(windowed, ids, attention, rows, stepping, cache,
-                                             delayed=config.cache == "delayed")  # fmt: skip
+                                             room, delayed=config.cache == "delayed")  # fmt: skip
             out.update(stepped)
     return [_synced(out[b][0]) for b in active], [out[b][1] for b in active], cache
 
@@ -434,6 +453,7 @@ def _window_forward(
     rows: list[_Row],
     stepping: list[int],
     cache: Any,
+    room: torch.Tensor | None,  # [B, L] long or None, see _room
     *,
     delayed: bool,
 ) -> tuple[dict[int, tuple[torch.Tensor, torch.Tensor]], Any]:
@@ -469,6 +489,7 @@ def _window_forward(
         from_cache=filler if bool(filler.any()) else None,
         write_cache=delayed,
         outputs=outputs,
+        **({} if room is None else {"room": room[index].gather(1, positions)}),
     )
     if delayed:
         cache = fresh if everyone else _write_rows(cache, index, fresh)

@@ -47,6 +47,7 @@ from gpu_worker.model import (
     ModelKind,
     StencilTransformer,
     count_flops_per_token,
+    hole_room,
     load_weights,
 )
 from gpu_worker.model import save_model as save_model_dir
@@ -99,6 +100,9 @@ class TrainConfig:
     n_heads: int = 5
     ffn_hidden: int = 432
     copy_dim: int = 64  # the copy head's width (0 = none); see gpu_worker.model.CopyHead
+    # The room embedding's size (0 = none); see gpu_worker.model.ModelConfig.room_buckets.
+    # Hole rows give each hole position the positions left in its budget; uniform rows 0.
+    room_buckets: int = 0
     data_offset: int = 0  # steps of documents to skip: a continuation reads documents anew
     eval_every: int = 250
     checkpoint_every: int = 100
@@ -115,6 +119,7 @@ class Example:
     targets: list[int]
     weights: list[float]  # 0 where no loss; 1 / (t * corrupted length) on masked positions
     kind: str  # "uniform" | "holes" | "template" | "fim" | "plain"
+    room: list[int] | None = None  # hole rows: model.hole_room of the budgets; None = all 0
 
 
 def repeated_spans(doc: Document) -> list[int]:
@@ -249,7 +254,8 @@ def denoiser_example(
         masked, w = mask_exactly(positions, t, rng)
     weights = [w if p in masked else 0.0 for p in range(len(targets))]
     inputs = [mc.mask_id if p in masked else x for p, x in enumerate(targets)]
-    return Example(inputs, targets, weights, "template" if template else "holes")
+    room = hole_room(len(targets), [(a, b) for a, _, b in budgets]).tolist()
+    return Example(inputs, targets, weights, "template" if template else "holes", room)
 
 
 def fim_example(
@@ -286,6 +292,7 @@ class Batch:
     weights: torch.Tensor  # [B, L] float
     attention: torch.Tensor  # [B, L] bool, True = real position
     tokens: int  # real positions in the batch
+    room: torch.Tensor  # [B, L] long, see model.hole_room (0 outside holes)
 
 
 def collate(examples: list[Example], pad_id: int) -> Batch:
@@ -295,13 +302,16 @@ def collate(examples: list[Example], pad_id: int) -> Batch:
     targets = torch.full((b, length), pad_id, dtype=torch.long)
     weights = torch.zeros((b, length))
     attention = torch.zeros((b, length), dtype=torch.bool)
+    room = torch.zeros((b, length), dtype=torch.long)
     for r, e in enumerate(examples):
         n = len(e.inputs)
         inputs[r, :n] = torch.tensor(e.inputs)
         targets[r, :n] = torch.tensor(e.targets)
         weights[r, :n] = torch.tensor(e.weights)
         attention[r, :n] = True
-    return Batch(inputs, targets, weights, attention, int(attention.sum()))
+        if e.room is not None:
+            room[r, :n] = torch.tensor(e.room)
+    return Batch(inputs, targets, weights, attention, int(attention.sum()), room)
 
 
 def make_batch(
@@ -327,7 +337,7 @@ def batch_loss(model: StencilTransformer, batch: Batch, *, bf16: bool) -> torch.
     # bidirectional one masks the padded keys.
     mask = None if model.config.causal else batch.attention
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        log_probs = model.target_log_probs(batch.inputs, batch.targets, mask)  # [B, L]
+        log_probs = model.target_log_probs(batch.inputs, batch.targets, mask, batch.room)
     return -(log_probs.float() * batch.weights).sum() / batch.inputs.shape[0]
 
 
@@ -410,6 +420,7 @@ def model_config(cfg: TrainConfig, tok: StencilTokenizer) -> ModelConfig:
         fim_prefix_id=s.fim_prefix, fim_suffix_id=s.fim_suffix, fim_middle_id=s.fim_middle,
         d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
         ffn_hidden=cfg.ffn_hidden, max_len=cfg.max_len + 1, copy_dim=cfg.copy_dim,
+        room_buckets=cfg.room_buckets,
         extra={"corpus": "gpu_worker.corpus train split", "seed": cfg.seed},
     )  # fmt: skip
 
@@ -507,7 +518,7 @@ def load_initial_weights(model: StencilTransformer, directory: Path) -> list[str
     """Copy a saved model's weights into ``model``; returns the names it did not have (new
     modules keep their seeded initialisation). Any other mismatch is an error."""
     result = model.load_state_dict(load_weights(directory), strict=False)
-    new = [k for k in result.missing_keys if not k.startswith("copy.")]
+    new = [k for k in result.missing_keys if not k.startswith(("copy.", "room."))]
     if result.unexpected_keys or new:
         raise ValueError(
             f"{directory} does not fit this architecture: unexpected {result.unexpected_keys}, "
@@ -720,6 +731,10 @@ def _compute_rows(summary: dict[str, Any]) -> list[str]:
         f"| training tokens, all phases | {sum(p['tokens'] for p in phases):,} |",
         f"| training compute, all phases | {flops:.3g} FLOPs (6N + attention per token) |",
         f"| copy head | {cfg.get('copy_dim', 0) or 'none'} |",
+        f"| room embedding | {cfg['room_buckets']} buckets: positions left in the hole's budget "
+        "(`ModelConfig.room_buckets`) |"
+        if cfg.get("room_buckets")
+        else "| room embedding | none |",
     ]
     return rows
 
@@ -732,6 +747,8 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
         cfg = phase["config"]
         command = (f"python -m gpu_worker.train --kind {phase['kind']} --out models/{out.name} "
                    f"--seed {cfg['seed']} --copy-dim {cfg.get('copy_dim', 0)}")  # fmt: skip
+        if cfg.get("room_buckets"):
+            command += f" --room-buckets {cfg['room_buckets']}"
         if phase.get("precision") == "fp32":
             command += " --no-bf16"
         if phase["kind"] == "denoiser":  # corruption recipes added later ran at 0 before
@@ -791,6 +808,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--heads", type=int, default=TrainConfig.n_heads)
     parser.add_argument("--ffn", type=int, default=TrainConfig.ffn_hidden)
     parser.add_argument("--copy-dim", type=int, default=TrainConfig.copy_dim)
+    parser.add_argument("--room-buckets", type=int, default=TrainConfig.room_buckets,
+                        help="denoiser: the room embedding's size (0 = none; see ModelConfig)")
     parser.add_argument("--eval-every", type=int, default=TrainConfig.eval_every)
     parser.add_argument("--long-pad-prob", type=float, default=TrainConfig.long_pad_prob,
                         help="denoiser: share of holes with a long pad tail (see TrainConfig)")
@@ -821,6 +840,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = TrainConfig(
         kind=args.kind, seed=args.seed, batch_size=args.batch_size, d_model=args.d_model,
         n_layers=args.layers, n_heads=args.heads, ffn_hidden=args.ffn, copy_dim=args.copy_dim,
+        room_buckets=args.room_buckets,
         eval_every=args.eval_every, long_pad_prob=args.long_pad_prob,
         template_prob=args.template_prob, ordered_hole_prob=args.ordered_hole_prob,
         document_boundaries=not args.segment_boundaries,

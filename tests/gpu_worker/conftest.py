@@ -36,10 +36,16 @@ def tokenizer() -> StencilTokenizer:
 
 
 def make_model(
-    tokenizer: StencilTokenizer, *, seed: int = 0, max_len: int = 160, copy_dim: int = 8
+    tokenizer: StencilTokenizer,
+    *,
+    seed: int = 0,
+    max_len: int = 160,
+    copy_dim: int = 8,
+    room_buckets: int = 0,
 ) -> StencilTransformer:
     """A tiny bidirectional denoiser with peaky random logits (so rules commit differently),
-    with a copy head as the shipped models have."""
+    with a copy head as the shipped models have (and, with ``room_buckets``, a random room
+    embedding, so the room of each position changes the logits)."""
     special = tokenizer.special
     cfg = ModelConfig(
         kind="denoiser",
@@ -56,6 +62,7 @@ def make_model(
         ffn_hidden=64,
         max_len=max_len,
         copy_dim=copy_dim,
+        room_buckets=room_buckets,
     )
     generator = torch.Generator().manual_seed(seed)
     model = StencilTransformer(cfg)
@@ -69,6 +76,12 @@ def make_model(
 @pytest.fixture(scope="session")
 def model(tokenizer: StencilTokenizer) -> StencilTransformer:
     return make_model(tokenizer)
+
+
+@pytest.fixture(scope="session")
+def room_model(tokenizer: StencilTokenizer) -> StencilTransformer:
+    """The tiny model with a room embedding (ModelConfig.room_buckets)."""
+    return make_model(tokenizer, room_buckets=6)
 
 
 @pytest.fixture(scope="session")

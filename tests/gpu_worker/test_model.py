@@ -7,12 +7,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpu_worker.model import (
     KVCache,
     ModelConfig,
     StencilTransformer,
     count_flops_per_token,
+    hole_room,
     load_model,
     save_model,
 )
@@ -182,3 +185,47 @@ def test_the_copy_head_points_only_at_tokens_present_and_never_at_mask_or_pad(
     outside = [t for t in range(tokenizer.vocab_size) if t not in present]
     assert float(probs[:, outside].sum(-1).max()) < 1e-6
     assert torch.allclose(probs.sum(-1), torch.ones(ids.shape[1]), atol=1e-5)
+
+
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 12)), max_size=5), st.integers(0, 40))
+def test_hole_room_counts_down_to_each_budgets_end_and_is_zero_elsewhere(
+    spans: list[tuple[int, int]], length: int
+) -> None:
+    budgets: list[tuple[int, int]] = []
+    for start, size in spans:  # disjoint budgets, as a canvas's holes are
+        if all(start >= e or start + size <= s for s, e in budgets):
+            budgets.append((start, start + size))
+    room = hole_room(length, budgets).tolist()
+    assert len(room) == length
+    for p in range(length):
+        inside = [end for start, end in budgets if start <= p < end]
+        assert room[p] == (min(inside[0], length) - p if inside else 0)
+
+
+@torch.no_grad()
+def test_the_room_embedding_starts_at_zero_and_then_tells_adjacent_holes_apart(
+    tokenizer: StencilTokenizer, tmp_path: Path
+) -> None:
+    torch.manual_seed(0)
+    model = StencilTransformer(replace(_config(tokenizer, copy_dim=16), room_buckets=4)).eval()
+    ids = _ids(tokenizer)
+    ids[0, 2:8] = tokenizer.special.mask
+    one = hole_room(ids.shape[1], [(2, 8)])[None]  # one hole of 6
+    two = hole_room(ids.shape[1], [(2, 5), (5, 8)])[None]  # two holes of 3, no text between
+    assert float(model.room.weight.abs().sum()) == 0.0  # added to a trained model: no change
+    torch.testing.assert_close(model(ids, room=two), model(ids))
+    model.room.weight.normal_()
+    assert not torch.allclose(model(ids, room=one), model(ids, room=two))
+    torch.testing.assert_close(model(ids, room=one.clamp(max=4)), model(ids, room=one))  # clipped
+    # a window over the cache, given its positions' room, equals the full forward
+    full, cache = model.forward_window(ids, write_cache=True, room=two)
+    positions = torch.tensor([[2, 3, 6]])
+    window, _ = model.forward_window(ids.gather(1, positions), positions=positions, cache=cache,
+                                     room=two.gather(1, positions))  # fmt: skip
+    torch.testing.assert_close(window[0], full[0, [2, 3, 6]], atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="room has shape"):
+        model(ids, room=two[:, :3])
+    save_model(model, tmp_path, dtype=torch.float32)
+    loaded = load_model(tmp_path)
+    assert loaded.config.room_buckets == 4
+    torch.testing.assert_close(loaded(ids, room=two), model(ids, room=two))

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from gpu_worker.canvas import Canvas, parse_canvas
 from gpu_worker.config import CacheMode, SamplerConfig
 from gpu_worker.constraints import token_table
-from gpu_worker.model import StencilTransformer
+from gpu_worker.model import StencilTransformer, hole_room
 from gpu_worker.sampler import StepInfo, canvas_sha256, denoise, denoise_batch, plan_blocks
 from gpu_worker.tokenizer import StencilTokenizer
 from gpu_worker.validation import validate
@@ -81,15 +81,18 @@ sampler_configs = st.builds(
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(segment_lists(), sampler_configs, st.integers(1, 3), st.integers(0, 1000))
+@given(segment_lists(), sampler_configs, st.integers(1, 3), st.integers(0, 1000), st.booleans())
 def test_step_protect_mask_prevents_editing_under_every_rule_cache_and_batch(
     tokenizer: StencilTokenizer,
     model: StencilTransformer,
+    room_model: StencilTransformer,
     segments: list[dict[str, Any]],
     config: SamplerConfig,
     batch: int,
     seed: int,
+    with_room: bool,
 ) -> None:
+    model = room_model if with_room else model
     canvases = [canvas_of(tokenizer, segments)] + [
         canvas_of(tokenizer, [{"text": "Dear "}, {"hole": "x", "max_tokens": 2 + b}, {"text": "."}])
         for b in range(batch - 1)
@@ -117,10 +120,15 @@ def test_step_protect_mask_prevents_editing_under_every_rule_cache_and_batch(
                 assert tokenizer.token_text(first).startswith(hole.prefix)
 
 
-def llada_reference_order(model: StencilTransformer, canvas: Canvas, steps: int) -> list[list[int]]:
-    """LLaDA's generate() with low-confidence transfer, one block per hole, temperature 0."""
+def llada_reference_order(
+    model: StencilTransformer, canvas: Canvas, steps: int, *, room: bool = True
+) -> list[list[int]]:
+    """LLaDA's generate() with low-confidence transfer, one block per hole, temperature 0;
+    a model with a room embedding is given each position's room unless ``room`` is False."""
     x = canvas.ids.clone()[None]  # [1, L]
     attention = torch.ones_like(x, dtype=torch.bool)
+    budgets = [(hole.start, hole.end) for hole in canvas.holes]
+    extra = {"room": hole_room(canvas.length, budgets)[None]} if room else {}
     order: list[list[int]] = []
     for hole in canvas.holes:
         in_block = torch.zeros(canvas.length, dtype=torch.bool)
@@ -129,7 +137,7 @@ def llada_reference_order(model: StencilTransformer, canvas: Canvas, steps: int)
         schedule = [base + 1] * remainder + [base] * (steps - remainder)
         for k in schedule:
             with torch.no_grad():
-                logits = model(x, attention_mask=attention)[0]  # [L, V]
+                logits = model(x, attention_mask=attention, **extra)[0]  # [L, V]
             logits = logits.masked_fill(~canvas.free_vocab, -torch.inf)
             probs = torch.softmax(logits, dim=-1)
             x0 = probs.argmax(-1)  # [L]
@@ -143,10 +151,12 @@ def llada_reference_order(model: StencilTransformer, canvas: Canvas, steps: int)
     return order
 
 
+@pytest.mark.parametrize("which", ["model", "room_model"])
 @pytest.mark.parametrize("steps", [1, 3, 4])
 def test_even_rule_commit_order_equals_the_llada_reference(
-    tokenizer: StencilTokenizer, model: StencilTransformer, steps: int
+    tokenizer: StencilTokenizer, request: pytest.FixtureRequest, steps: int, which: str
 ) -> None:
+    model = request.getfixturevalue(which)
     canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 7},
                                    {"text": ", thank you for"}, {"hole": "b", "max_tokens": 2},
                                    {"text": "."}, {"hole": "c", "max_tokens": 5}])  # fmt: skip
@@ -155,6 +165,10 @@ def test_even_rule_commit_order_equals_the_llada_reference(
                            stop_on_eos=False, remask="none")  # fmt: skip
     result = denoise(model, canvas, config, torch.Generator().manual_seed(0))
     assert [info.committed for info in result.trace] == llada_reference_order(model, canvas, steps)
+    if which == "room_model" and steps > 1:  # the sampler gave the model each position's room
+        assert llada_reference_order(model, canvas, steps, room=False) != [
+            info.committed for info in result.trace
+        ]
 
 
 @pytest.mark.parametrize(
@@ -203,12 +217,15 @@ def test_temperature_zero_determinism(
     assert [i.canvas_sha256 for i in first.trace] == [i.canvas_sha256 for i in second.trace]
 
 
+@pytest.mark.parametrize("which", ["model", "room_model"])
 @pytest.mark.parametrize("cache", ["none", "dual", "delayed"])
 def test_batched_equals_unbatched(
-    tokenizer: StencilTokenizer, model: StencilTransformer, cache: CacheMode
+    tokenizer: StencilTokenizer, request: pytest.FixtureRequest, cache: CacheMode, which: str
 ) -> None:
     """Rows of different lengths whose blocks start at different steps and places: with the
-    dual cache each row refreshes its own cache rows and steps on its own window."""
+    dual cache each row refreshes its own cache rows and steps on its own window (and with a
+    room embedding, its window's room)."""
+    model = request.getfixturevalue(which)
     canvases = [
         canvas_of(
             tokenizer, [{"text": "Dear "}, {"hole": "a", "max_tokens": 5}, {"text": ", hi."}]

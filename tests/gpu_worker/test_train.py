@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 from gpu_worker.corpus import document_at, iter_split
-from gpu_worker.model import StencilTransformer
+from gpu_worker.model import StencilTransformer, load_model
 from gpu_worker.tokenizer import StencilTokenizer
 from gpu_worker.train import (
     TrainConfig,
@@ -66,6 +66,14 @@ def test_hole_rows_mask_only_hole_positions_and_pad_the_budget(corpus_tokenizer:
         assert all(ex.weights[i] == 0 for i in range(len(ex.inputs)) if i not in masked)
         # Unmasked positions show their own target; pad targets only inside holes.
         assert all(ex.inputs[i] == ex.targets[i] for i in range(len(ex.inputs)) if i not in masked)
+        # The room counts each budget down to 1 at its last position; 0 outside the holes.
+        room = ex.room
+        assert room is not None and len(room) == len(ex.targets)
+        assert all(room[i] > 0 for i in masked)
+        assert all(room[i] > 0 for i, y in enumerate(ex.targets) if y == mc.pad_id)
+        for i in range(len(room) - 1):
+            if room[i] > 1:
+                assert room[i + 1] == room[i] - 1
 
 
 def test_uniform_rows_weight_masked_tokens_by_one_over_t(corpus_tokenizer: StencilTokenizer) -> None:
@@ -268,6 +276,12 @@ def test_a_continuation_adds_a_copy_head_and_its_card_adds_up_both_phases(
     assert "phase 1" in card and "phase 2" in card
     assert "--copy-dim 0" in card and "--copy-dim 8 --no-bf16 --init-from" in card
     assert card.count("--segment-boundaries") == 1  # the first phase's recipe, not the second's
+
+    third = _tiny_cli(out, tokenizer_file, tmp_path / "c.pt", "--copy-dim", "8",
+                      "--room-buckets", "16", "--init-from", str(out))  # fmt: skip
+    assert third["config"]["room_buckets"] == 16
+    assert load_model(out).config.room_buckets == 16
+    assert "--copy-dim 8 --room-buckets 16 --no-bf16 --init-from" in (out / "MODEL_CARD.md").read_text()
 
 
 def test_initial_weights_of_another_architecture_are_refused(tokenizer_file: Path, tmp_path: Path) -> None:
