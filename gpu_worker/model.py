@@ -47,6 +47,15 @@ class ModelConfig:
     # sequence, so copying a name from elsewhere in the document works for every token, rare
     # ones included, instead of being learned one token at a time. 0 = no copy head.
     copy_dim: int = 0
+    # Copying across a space (needs the copy head): byte-level BPE spells a word at a line's
+    # start without its leading space ("East" in a letterhead) and inside a line with it
+    # (" East" in "Signed: Dr. Hogan, East ..."), two unrelated ids, so a pointer that copies
+    # ids cannot copy a name's first token from a heading into a sentence. With copy_twins the
+    # pointer can also copy a token as its spaced or bare twin (the same text with or without
+    # one leading space; see CopyHead and tokenizer.space_twins). The twin table is part of the
+    # weights (``copy.twins``). Its gate starts almost closed, so adding it to a trained model
+    # changes its output by about 2% of the copy mass until it is trained.
+    copy_twins: bool = False
     # The room embedding: an input embedding, added to each position's token embedding, of
     # how many positions of its hole's budget are left from it (1..room_buckets, more is
     # clipped to room_buckets; 0 = not in a hole, or not known). Without it a model cannot
@@ -239,6 +248,8 @@ class StencilTransformer(nn.Module):
         super().__init__()
         if cfg.d_model % cfg.n_heads:
             raise ValueError(f"d_model={cfg.d_model} is not divisible by n_heads={cfg.n_heads}")
+        if cfg.copy_twins and not cfg.copy_dim:
+            raise ValueError("copy_twins needs a copy head (copy_dim > 0)")
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
@@ -254,6 +265,8 @@ class StencilTransformer(nn.Module):
         self.apply(self._init_weights)
         if cfg.room_buckets:
             nn.init.zeros_(self.room.weight)
+        if cfg.copy_dim and cfg.copy_twins:
+            self.copy.init_twin_gate()
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -422,7 +435,13 @@ class CopyHead(nn.Module):
     with g = sigmoid(gate(h)). Positions holding mask or pad (nothing to copy) and keys the
     attention mask hides are never pointed at. The result is returned as log-probabilities,
     which every consumer of logits (softmax, temperature, constraint masks) reads unchanged.
+
+    With ``copy_twins`` the pointer's mass on a position holding token x goes to x with
+    probability 1 - u, and with u to a twin of x: its spaced twin with probability s, its bare
+    twin with 1 - s (x itself where it has none), with (u, s) = sigmoid(twin_gate(h)).
     """
+
+    twins: torch.Tensor  # [2, V]: spaced twin, bare twin of each id (with copy_twins)
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -432,6 +451,40 @@ class CopyHead(nn.Module):
         nn.init.zeros_(self.gate.bias)  # start at an even mix
         self.skip_ids = (cfg.mask_id, cfg.pad_id)
         self.scale = cfg.copy_dim**-0.5
+        self.has_twins = cfg.copy_twins
+        if cfg.copy_twins:
+            self.twin_gate = nn.Linear(cfg.d_model, 2)
+            # Rows: spaced twin, bare twin of each id (the id itself where it has none).
+            self.register_buffer("twins", torch.arange(cfg.vocab_size).repeat(2, 1))
+
+    def init_twin_gate(self) -> None:
+        """u = sigmoid(-4) ~ 0.018 (almost every copy as is), s = 0.5, whatever h is."""
+        nn.init.zeros_(self.twin_gate.weight)
+        with torch.no_grad():
+            self.twin_gate.bias.copy_(torch.tensor([-4.0, 0.0]))
+
+    def set_twins(self, spaced: list[int], bare: list[int]) -> None:
+        """The twin table, from :func:`gpu_worker.tokenizer.space_twins`."""
+        table = torch.tensor([spaced, bare], dtype=torch.long)
+        if table.shape != self.twins.shape:
+            raise ValueError(f"twin table has shape {tuple(table.shape)}, expected {tuple(self.twins.shape)}")
+        self.twins.copy_(table)
+
+    def _sources(
+        self, attention: torch.Tensor, ids: torch.Tensor, queries: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The pointer's weights [B, K, S*Lk] and the ids [B, K, S*Lk] they land on: S = 1
+        (each position's own id) or, with twins, 3 (own id, spaced twin, bare twin)."""
+        index = ids[:, None, :].expand_as(attention)
+        if not self.has_twins:
+            return attention, index
+        u, s = torch.sigmoid(self.twin_gate(queries)).unbind(-1)  # [B, K] each
+        u, s = u[..., None], s[..., None]
+        weights = torch.cat([(1 - u) * attention, u * s * attention, u * (1 - s) * attention], -1)
+        spaced, bare = self.twins[0][ids], self.twins[1][ids]  # [B, Lk]
+        index = torch.cat([index, spaced[:, None, :].expand_as(attention),
+                           bare[:, None, :].expand_as(attention)], -1)  # fmt: skip
+        return weights, index
 
     def forward(
         self,
@@ -447,8 +500,9 @@ class CopyHead(nn.Module):
         with torch.autocast(h.device.type, enabled=False):  # the mixture is computed in fp32
             h, queries = h.float(), queries.float()
             attention, keys, ids = self._attention(h, ids, window, cache, attn_mask, queries)
+            weights, index = self._sources(attention, ids, queries)
             pointer = torch.zeros_like(logits, dtype=torch.float32).scatter_add_(
-                -1, ids[:, None, :].expand_as(attention), attention
+                -1, index, weights
             )  # [B, K, V]
             gate = torch.sigmoid(self.gate(queries))  # [B, K, 1]
             mixed = gate * torch.softmax(logits.float(), dim=-1) + (1 - gate) * pointer
@@ -466,7 +520,8 @@ class CopyHead(nn.Module):
         with torch.autocast(h.device.type, enabled=False):
             h = h.float()
             attention, _, ids = self._attention(h, ids, Window(), None, attn_mask, h)
-            copied = (attention * (ids[:, None, :] == targets[:, :, None])).sum(-1)  # [B, L]
+            weights, index = self._sources(attention, ids, h)
+            copied = (weights * (index == targets[:, :, None])).sum(-1)  # [B, L]
             gate = self.gate(h)[..., 0]  # [B, L] the mixing logit
             copy = F.logsigmoid(-gate) + torch.log(copied.clamp_min(1e-30))
             return torch.logaddexp(F.logsigmoid(gate) + vocab, copy)
@@ -521,7 +576,10 @@ def save_model(model: StencilTransformer, directory: Path, *, dtype: torch.dtype
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
+    state = {  # integer tables (the copy head's twins) keep their type
+        k: (v.detach().to(dtype) if v.is_floating_point() else v.detach()).contiguous()
+        for k, v in model.state_dict().items()
+    }
     weights = directory / "model.safetensors"
     save_file(state, str(weights))
     (directory / "config.json").write_text(
@@ -531,10 +589,12 @@ def save_model(model: StencilTransformer, directory: Path, *, dtype: torch.dtype
 
 
 def load_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """The state dict of a model directory's ``model.safetensors``, as float32."""
+    """The state dict of a model directory's ``model.safetensors``, floating tensors as
+    float32 (integer tables as saved)."""
     from safetensors.torch import load_file
 
-    return {k: v.float() for k, v in load_file(str(directory / "model.safetensors")).items()}
+    state = load_file(str(directory / "model.safetensors"))
+    return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
 
 
 def load_model(directory: Path, *, device: str | torch.device = "cpu") -> StencilTransformer:

@@ -85,6 +85,21 @@ class StencilTokenizer:
         """Text of ids with special tokens dropped."""
         return str(self.tok.decode([i for i in ids if i not in self._special_set]))
 
+    def space_twins(self) -> tuple[list[int], list[int]]:
+        """Per id, its spaced twin and its bare twin: the token spelling the same text with
+        one leading space, and without it (" East" and "East"). An id is its own twin on the
+        side it already is, and on a side whose spelling is not in the vocabulary; special
+        tokens have none. See ``ModelConfig.copy_twins``."""
+        vocab = self.tok.get_vocab()  # raw byte-level spellings: "Ġ" stands for the space
+        spaced, bare = list(range(self.vocab_size)), list(range(self.vocab_size))
+        for text, i in vocab.items():
+            if i in self._special_set or not text.startswith("Ġ") or len(text) == 1:
+                continue
+            twin = vocab.get(text[1:])
+            if twin is not None and twin not in self._special_set:
+                spaced[twin], bare[i] = i, twin
+        return spaced, bare
+
     def token_text(self, token_id: int) -> str:
         """The decoded text of one token ('' for a special token)."""
         return self.decode([token_id])

@@ -79,6 +79,11 @@ class TrainConfig:
     # Share of hole rows cut like a template (see template_holes): most of the body a hole,
     # only the typed fields and first mentions visible, as whole-document drafting requests are.
     template_prob: float = 0.3
+    # Share of template rows that also hole the later mentions of an entity whose earlier
+    # mentions all lie inside holes (a party named only in a holed first sentence): the model
+    # must invent a name and repeat it, as whole-document requests ask (evaluate.sample_case).
+    # Other template rows leave such later mentions visible. Phases before this existed: 0.
+    invent_prob: float = 0.0
     max_pad_budget: int = 12  # extra positions (target pad) after a hole's content
     # Share of holes whose pad tail may run to long_pad_budget positions or the content's own
     # length: people leave generous max_tokens, and a model that only ever saw short pad
@@ -103,6 +108,9 @@ class TrainConfig:
     # The room embedding's size (0 = none); see gpu_worker.model.ModelConfig.room_buckets.
     # Hole rows give each hole position the positions left in its budget; uniform rows 0.
     room_buckets: int = 0
+    # Whether the copy head may copy a token as its spaced or bare twin (a name from a heading
+    # into a sentence); see gpu_worker.model.ModelConfig.copy_twins. Needs copy_dim.
+    copy_twins: bool = False
     data_offset: int = 0  # steps of documents to skip: a continuation reads documents anew
     eval_every: int = 250
     checkpoint_every: int = 100
@@ -156,24 +164,28 @@ def pick_holes(doc: Document, rng: random.Random, cfg: TrainConfig) -> list[Span
     return chosen
 
 
-def template_holes(doc: Document, rng: random.Random) -> list[Span]:
+def template_holes(doc: Document, rng: random.Random, invent_prob: float = 0.0) -> list[Span]:
     """Holes as a drafting template cuts them: each sentence, choice, JSON value and later
     mention of a repeated entity is a hole with one probability (drawn per row from 0.5 to 1);
     numbers, dates and an earlier mention of each holed entity stay visible, like the fields
-    a person types."""
+    a person types. With ``invent_prob`` (per row) a later mention of an entity seen only
+    inside holes so far is a hole too: nothing shows the name, the model invents it."""
     keep = rng.uniform(0.5, 1.0)
+    invent = invent_prob > 0 and rng.random() < invent_prob  # 0: the stream as before
     visible: set[str] = set()  # entity texts with a mention outside every hole so far
+    hidden: set[str] = set()  # entity texts seen so far only inside holes
     chosen: list[Span] = []
     for span in sorted(doc.spans, key=lambda s: (s.start, -s.end)):  # enclosing spans first
         text = doc.span_text(span)
-        wanted = (span.kind == "entity" and text in visible) or span.kind in (
+        seen = text in visible or (invent and text in hidden)
+        wanted = (span.kind == "entity" and seen) or span.kind in (
             "sentence", "choice", "json_value"
         )
         free = all(span.start >= c.end or span.end <= c.start for c in chosen)
         if wanted and free and span.end > span.start and rng.random() < keep:
             chosen.append(span)
-        elif span.kind == "entity" and free:
-            visible.add(text)
+        elif span.kind == "entity":
+            (visible if free else hidden).add(text)
     return chosen
 
 
@@ -228,7 +240,7 @@ def denoiser_example(
         weights = [w if p in chosen else 0.0 for p in range(len(ids))]
         return Example(inputs, ids, weights, "uniform")
     template = rng.random() < cfg.template_prob
-    holes = (template and template_holes(doc, rng)) or pick_holes(doc, rng, cfg)
+    holes = (template and template_holes(doc, rng, cfg.invent_prob)) or pick_holes(doc, rng, cfg)
     ids, ranges = tokenize_with_holes(doc, holes, encode,
                                       document_boundaries=cfg.document_boundaries)  # fmt: skip
     targets: list[int] = []
@@ -420,18 +432,44 @@ def model_config(cfg: TrainConfig, tok: StencilTokenizer) -> ModelConfig:
         fim_prefix_id=s.fim_prefix, fim_suffix_id=s.fim_suffix, fim_middle_id=s.fim_middle,
         d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
         ffn_hidden=cfg.ffn_hidden, max_len=cfg.max_len + 1, copy_dim=cfg.copy_dim,
-        room_buckets=cfg.room_buckets,
+        room_buckets=cfg.room_buckets, copy_twins=cfg.copy_twins,
         extra={"corpus": "gpu_worker.corpus train split", "seed": cfg.seed},
     )  # fmt: skip
 
 
+def _run_record(cfg: TrainConfig, init_from: Path | None) -> dict[str, Any]:
+    """What makes a run the same run: its config and the weights it started from."""
+    start = None
+    if init_from is not None:
+        start = file_sha256(init_from / "model.safetensors")
+    return {"config": json.loads(json.dumps(asdict(cfg))), "init_from_sha256": start}
+
+
 def _save_checkpoint(
-    path: Path, model: StencilTransformer, opt: torch.optim.Optimizer, state: TrainState
-) -> None:
+    path: Path, model: StencilTransformer, opt: torch.optim.Optimizer, state: TrainState,
+    run: dict[str, Any],
+) -> None:  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": asdict(state)}, tmp)
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": asdict(state),
+                "run": run}, tmp)  # fmt: skip
     tmp.replace(path)
+
+
+def _check_same_run(checkpoint: Path, saved: dict[str, Any], run: dict[str, Any]) -> None:
+    """A checkpoint resumes only the run that wrote it: another config or other starting
+    weights (the next phase of a model, say) would silently continue the wrong run. A
+    checkpoint from before runs were recorded resumes as it did."""
+    before = saved.get("run")
+    if before is None or before == run:
+        return
+    changed = sorted(k for k in run["config"] if before["config"].get(k) != run["config"][k])
+    if before.get("init_from_sha256") != run["init_from_sha256"]:
+        changed.append("the --init-from weights")
+    raise ValueError(
+        f"{checkpoint} holds another training run (it differs in {', '.join(changed)}); "
+        "delete it, or pass --checkpoint with a new path for this run"
+    )
 
 
 def train(
@@ -459,14 +497,18 @@ def train(
     mc = model_config(cfg, tok)
     torch.manual_seed(cfg.seed)  # weight init only; data and corruption use their own seeds
     model = StencilTransformer(mc)
+    if mc.copy_twins:  # a function of the tokenizer; an earlier model without it gets it here
+        model.copy.set_twins(*tok.space_twins())
     if init_from is not None and not checkpoint.is_file():
         load_initial_weights(model, init_from)
     opt = torch.optim.AdamW(
         model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay
     )
     state = TrainState(total_steps=steps or 0)
+    run = _run_record(cfg, init_from)
     if checkpoint.is_file():
         saved = torch.load(checkpoint, weights_only=False)
+        _check_same_run(checkpoint, saved, run)
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
         state = TrainState(**saved["state"])
@@ -479,7 +521,7 @@ def train(
     first_step = state.step
     while state.total_steps == 0 or state.step < state.total_steps:
         if max_new_steps is not None and state.step - first_step >= max_new_steps:
-            _save_checkpoint(checkpoint, model, opt, state)
+            _save_checkpoint(checkpoint, model, opt, state, run)
             break
         t0 = time.time()
         model.train()
@@ -508,7 +550,7 @@ def train(
         bar.update(1)
         bar.set_postfix(loss=f"{entry['loss']:.3f}", tok=state.tokens)
         if state.step % cfg.checkpoint_every == 0 or state.step == state.total_steps:
-            _save_checkpoint(checkpoint, model, opt, state)
+            _save_checkpoint(checkpoint, model, opt, state, run)
     bar.close()
     state.log[-1]["flops"] = float(state.tokens * flops_per_token)
     return model.eval(), state
@@ -629,6 +671,12 @@ def render_model_card(
             else ""
         )
         + (
+            f", {cfg['invent_prob']:.0%} of those also holing every later mention of an "
+            "entity named only inside holes (the model invents the name and repeats it)"
+            if cfg.get("invent_prob")
+            else ""
+        )
+        + (
             f"; {cfg['ordered_hole_prob']:.0%} of hole rows show each hole's start written and "
             "mask the rest of its budget, pad included (the state the sampler leaves a hole in)"
             if cfg.get("ordered_hole_prob")
@@ -735,6 +783,10 @@ def _compute_rows(summary: dict[str, Any]) -> list[str]:
         "(`ModelConfig.room_buckets`) |"
         if cfg.get("room_buckets")
         else "| room embedding | none |",
+        "| copy twins | yes: a token may be copied as its spaced or bare twin "
+        "(`ModelConfig.copy_twins`) |"
+        if cfg.get("copy_twins")
+        else "| copy twins | no |",
     ]
     return rows
 
@@ -749,21 +801,24 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
                    f"--seed {cfg['seed']} --copy-dim {cfg.get('copy_dim', 0)}")  # fmt: skip
         if cfg.get("room_buckets"):
             command += f" --room-buckets {cfg['room_buckets']}"
+        if cfg.get("copy_twins"):
+            command += " --copy-twins"
         if phase.get("precision") == "fp32":
             command += " --no-bf16"
         if phase["kind"] == "denoiser":  # corruption recipes added later ran at 0 before
-            for key in ("long_pad_prob", "template_prob", "ordered_hole_prob"):
+            for key in ("long_pad_prob", "template_prob", "ordered_hole_prob", "invent_prob"):
                 value = cfg.get(key, 0.0)
                 if value != getattr(TrainConfig, key):
                     command += f" --{key.replace('_', '-')} {value}"
         if not cfg.get("document_boundaries", False):
             command += " --segment-boundaries"
-        if n:
-            command += f" --init-from models/{out.name}"
+        if n:  # a phase of its own: its own checkpoint (a checkpoint resumes only its own run)
+            command += (f" --init-from models/{out.name}"
+                        f" --checkpoint var/train/{out.name}/phase-{n + 1}.pt")  # fmt: skip
         resumes = phase.get("phases") or [phase["steps"]]
         runs += [f"`{command} --steps {steps}`" for steps in resumes]
-    note = (" (a later run of the same phase resumes from the checkpoint under var/train/; "
-            "an --init-from run starts a new one from the weights before it)") if len(runs) > 1 else ""  # fmt: skip
+    note = (" (a later run of the same phase resumes from that phase's checkpoint under "
+            "var/train/; each --init-from phase starts from the weights before it)") if len(runs) > 1 else ""  # fmt: skip
     return f"Reproduce: `python -m gpu_worker.train --kind tokenizer`, then {' then '.join(runs)}{note}."
 
 
@@ -810,12 +865,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--copy-dim", type=int, default=TrainConfig.copy_dim)
     parser.add_argument("--room-buckets", type=int, default=TrainConfig.room_buckets,
                         help="denoiser: the room embedding's size (0 = none; see ModelConfig)")
+    parser.add_argument("--copy-twins", action="store_true",
+                        help="the copy head may copy a token as its spaced or bare twin")
     parser.add_argument("--eval-every", type=int, default=TrainConfig.eval_every)
     parser.add_argument("--long-pad-prob", type=float, default=TrainConfig.long_pad_prob,
                         help="denoiser: share of holes with a long pad tail (see TrainConfig)")
     parser.add_argument("--ordered-hole-prob", type=float, default=TrainConfig.ordered_hole_prob,
                         help="denoiser: share of hole rows with a written start and a masked "
                              "tail (see mask_hole_tails)")  # fmt: skip
+    parser.add_argument("--invent-prob", type=float, default=TrainConfig.invent_prob,
+                        help="denoiser: share of template rows that hole names shown only in holes")
     parser.add_argument("--template-prob", type=float, default=TrainConfig.template_prob,
                         help="denoiser: share of hole rows cut like a template")
     parser.add_argument("--no-bf16", action="store_true", help="train in float32")
@@ -840,9 +899,10 @@ def main(argv: list[str] | None = None) -> None:
     cfg = TrainConfig(
         kind=args.kind, seed=args.seed, batch_size=args.batch_size, d_model=args.d_model,
         n_layers=args.layers, n_heads=args.heads, ffn_hidden=args.ffn, copy_dim=args.copy_dim,
-        room_buckets=args.room_buckets,
+        room_buckets=args.room_buckets, copy_twins=args.copy_twins,
         eval_every=args.eval_every, long_pad_prob=args.long_pad_prob,
         template_prob=args.template_prob, ordered_hole_prob=args.ordered_hole_prob,
+        invent_prob=args.invent_prob,
         document_boundaries=not args.segment_boundaries,
     )  # fmt: skip
     checkpoint = args.checkpoint or Path("var/train") / args.out.name / "ckpt.pt"

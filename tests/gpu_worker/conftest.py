@@ -42,10 +42,12 @@ def make_model(
     max_len: int = 160,
     copy_dim: int = 8,
     room_buckets: int = 0,
+    copy_twins: bool = False,
 ) -> StencilTransformer:
     """A tiny bidirectional denoiser with peaky random logits (so rules commit differently),
     with a copy head as the shipped models have (and, with ``room_buckets``, a random room
-    embedding, so the room of each position changes the logits)."""
+    embedding, so the room of each position changes the logits; with ``copy_twins``, a copy
+    head that may copy a token as its space twin, its gate random too)."""
     special = tokenizer.special
     cfg = ModelConfig(
         kind="denoiser",
@@ -63,9 +65,12 @@ def make_model(
         max_len=max_len,
         copy_dim=copy_dim,
         room_buckets=room_buckets,
+        copy_twins=copy_twins,
     )
     generator = torch.Generator().manual_seed(seed)
     model = StencilTransformer(cfg)
+    if copy_twins:
+        model.copy.set_twins(*tokenizer.space_twins())
     with torch.no_grad():
         for parameter in model.parameters():
             if parameter.dim() > 1:
@@ -80,8 +85,9 @@ def model(tokenizer: StencilTokenizer) -> StencilTransformer:
 
 @pytest.fixture(scope="session")
 def room_model(tokenizer: StencilTokenizer) -> StencilTransformer:
-    """The tiny model with a room embedding (ModelConfig.room_buckets)."""
-    return make_model(tokenizer, room_buckets=6)
+    """The tiny model with a room embedding (ModelConfig.room_buckets) and copy twins, as the
+    shipped denoiser has."""
+    return make_model(tokenizer, room_buckets=6, copy_twins=True)
 
 
 @pytest.fixture(scope="session")

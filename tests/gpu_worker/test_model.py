@@ -229,3 +229,57 @@ def test_the_room_embedding_starts_at_zero_and_then_tells_adjacent_holes_apart(
     loaded = load_model(tmp_path)
     assert loaded.config.room_buckets == 4
     torch.testing.assert_close(loaded(ids, room=two), model(ids, room=two))
+
+
+def _twin_model(tokenizer: StencilTokenizer) -> StencilTransformer:
+    torch.manual_seed(0)
+    model = StencilTransformer(replace(_config(tokenizer, copy_dim=16), copy_twins=True)).eval()
+    model.copy.set_twins(*tokenizer.space_twins())
+    return model
+
+
+def test_space_twins_pair_each_token_with_its_spelling_with_one_leading_space(
+    tokenizer: StencilTokenizer,
+) -> None:
+    spaced, bare = tokenizer.space_twins()
+    pairs = [(i, s) for i, s in enumerate(spaced) if s != i]
+    assert pairs
+    for i in range(tokenizer.vocab_size):
+        if tokenizer.is_special(i):
+            assert spaced[i] == bare[i] == i
+        elif spaced[i] != i:
+            assert tokenizer.token_text(spaced[i]) == " " + tokenizer.token_text(i)
+            assert bare[spaced[i]] == i and bare[i] == i
+        elif bare[i] != i:
+            assert " " + tokenizer.token_text(bare[i]) == tokenizer.token_text(i)
+            assert spaced[bare[i]] == i
+
+
+@torch.no_grad()
+def test_copy_twins_move_the_pointer_to_a_tokens_spaced_twin_and_start_almost_closed(
+    tokenizer: StencilTokenizer, tmp_path: Path
+) -> None:
+    model = _twin_model(tokenizer)
+    spaced, _ = tokenizer.space_twins()
+    word = next(i for i, s in enumerate(spaced) if s != i)  # a bare token with a spaced twin
+    ids = torch.tensor([tokenizer.encode("Dear Bob, thank you") + [word] + [tokenizer.special.mask] * 2])
+    assert spaced[word] not in ids[0].tolist()
+    plain = StencilTransformer(replace(model.config, copy_twins=False)).eval()
+    plain.load_state_dict(model.state_dict(), strict=False)
+    # closed gate: about 2% of the copy mass moves, nothing else changes
+    closed = torch.softmax(model(ids), -1)
+    assert float((closed - torch.softmax(plain(ids), -1)).abs().sum(-1).max()) < 0.05
+    model.copy.gate.bias.fill_(-50.0)  # all of the output from the pointer ...
+    model.copy.twin_gate.bias.copy_(torch.tensor([50.0, 50.0]))  # ... all of it to spaced twins
+    probs = torch.softmax(model(ids)[0], -1)
+    landing = {spaced[t] for t in ids[0].tolist()} - {tokenizer.special.mask}
+    outside = [t for t in range(tokenizer.vocab_size) if t not in landing]
+    assert float(probs[:, outside].sum(-1).max()) < 1e-6
+    assert float(probs[:, spaced[word]].max()) > 0.01 and float(probs[:, word].max()) < 1e-6
+    targets = torch.roll(ids, 1, dims=1)  # the training path reads the same mixture
+    expected = torch.log_softmax(model(ids), dim=-1).gather(-1, targets[..., None])[..., 0]
+    torch.testing.assert_close(model.target_log_probs(ids, targets), expected, atol=1e-4, rtol=1e-4)
+    save_model(model, tmp_path, dtype=torch.bfloat16)  # the table stays integer, not bf16
+    assert torch.equal(load_model(tmp_path).copy.twins, model.copy.twins)
+    with pytest.raises(ValueError, match="copy_twins needs a copy head"):
+        StencilTransformer(replace(model.config, copy_dim=0))

@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 from gpu_worker.corpus import document_at, iter_split
 from gpu_worker.model import StencilTransformer, load_model
+from gpu_worker.model import save_model as save_model_dir
 from gpu_worker.tokenizer import StencilTokenizer
 from gpu_worker.train import (
     TrainConfig,
@@ -116,6 +117,23 @@ def test_template_rows_hole_the_body_and_keep_first_mentions_visible() -> None:
                 assert any(not any(h.start <= s.start and s.end <= h.end for h in holes)
                            for s in earlier)  # fmt: skip
     assert cut >= 30  # most rows hole much of the document
+
+
+def test_inventing_template_rows_also_hole_names_shown_only_inside_holes() -> None:
+    invented = 0
+    for index in range(40):
+        doc = document_at("train", index)
+        holes = template_holes(doc, random.Random(index), invent_prob=1.0)
+        for hole in holes:
+            if hole.kind != "entity":
+                continue
+            earlier = [s for s in doc.spans if s.start < hole.start
+                       and doc.span_text(s) == doc.span_text(hole)]  # fmt: skip
+            assert earlier  # still only later mentions
+            invented += all(any(h.start <= s.start and s.end <= h.end for h in holes) for s in earlier)
+        # invent_prob 0 draws nothing more: the rows of earlier phases are cut as they were
+        assert template_holes(doc, random.Random(index), 0.0) == template_holes(doc, random.Random(index))
+    assert invented >= 5  # a name nothing shows, to invent
 
 
 def test_long_pad_tails_reach_past_the_short_budget(corpus_tokenizer: StencilTokenizer) -> None:
@@ -230,6 +248,22 @@ def test_resume_from_a_checkpoint_continues_the_same_run(corpus_tokenizer: Stenc
         torch.testing.assert_close(x, y)
 
 
+def test_a_checkpoint_resumes_only_the_run_that_wrote_it(
+    corpus_tokenizer: StencilTokenizer, tmp_path: Path
+) -> None:
+    checkpoint = tmp_path / "c.pt"
+    first, _ = train(_cfg(), corpus_tokenizer, checkpoint=checkpoint, steps=4, progress=False, bf16=False)
+    with pytest.raises(ValueError, match=r"another training run \(it differs in template_prob\)"):
+        train(replace(_cfg(), template_prob=0.9), corpus_tokenizer, checkpoint=checkpoint, steps=4,
+              progress=False, bf16=False)  # fmt: skip
+    save_model_dir(first, tmp_path / "m", dtype=torch.float32)
+    with pytest.raises(ValueError, match="the --init-from weights"):  # the next phase, same path
+        train(_cfg(), corpus_tokenizer, checkpoint=checkpoint, steps=4, progress=False,
+              bf16=False, init_from=tmp_path / "m")  # fmt: skip
+    _, state = train(_cfg(), corpus_tokenizer, checkpoint=checkpoint, steps=4, progress=False, bf16=False)
+    assert state.step == 4 and len(state.log) == 4  # the same run: resumed, already done
+
+
 def test_cli_writes_every_artifact(tokenizer_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "models" / "tiny-denoiser"
     main(["--kind", "denoiser", "--out", str(out), "--tokenizer", str(tokenizer_file),
@@ -282,6 +316,14 @@ def test_a_continuation_adds_a_copy_head_and_its_card_adds_up_both_phases(
     assert third["config"]["room_buckets"] == 16
     assert load_model(out).config.room_buckets == 16
     assert "--copy-dim 8 --room-buckets 16 --no-bf16 --init-from" in (out / "MODEL_CARD.md").read_text()
+
+    fourth = _tiny_cli(out, tokenizer_file, tmp_path / "d.pt", "--copy-dim", "8",
+                       "--room-buckets", "16", "--copy-twins", "--init-from", str(out))  # fmt: skip
+    assert fourth["config"]["copy_twins"] is True
+    loaded = load_model(out)  # the twin table is the tokenizer's, saved with the weights
+    spaced, bare = StencilTokenizer.from_file(tokenizer_file).space_twins()
+    assert loaded.copy.twins.tolist() == [spaced, bare] and spaced != bare
+    assert "--room-buckets 16 --copy-twins --no-bf16 --init-from" in (out / "MODEL_CARD.md").read_text()
 
 
 def test_initial_weights_of_another_architecture_are_refused(tokenizer_file: Path, tmp_path: Path) -> None:
