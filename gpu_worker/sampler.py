@@ -102,6 +102,8 @@ class _Row:
     confidence: torch.Tensor  # [L] float probability at commit time (nan = never)
     remasks: torch.Tensor  # [L] long times each position was re-masked
     vocab: torch.Tensor  # [S, V] bool: the distinct static token sets (see _vocab_table)
+    banned: torch.Tensor  # [S, V] bool: ~vocab, kept so a step need not negate it
+    vocab_ok: bool  # every static set allows a token (then a step need not check it)
     vocab_of: torch.Tensor  # [L] long: each position's set in ``vocab``
     cached_ids: torch.Tensor  # [L] long: the ids the row's cache rows were computed on
     words: frozenset[int] | None  # word tokens (ban_adjacent_repeats), None = no rule
@@ -265,6 +267,8 @@ def _new_row(
         confidence=torch.full((canvas.length,), math.nan, device=x.device),
         remasks=torch.zeros(canvas.length, dtype=torch.long, device=x.device),
         vocab=vocab.to(x.device),
+        banned=(~vocab).to(x.device),
+        vocab_ok=bool(vocab.any(dim=-1).all()),
         vocab_of=vocab_of.to(x.device),
         cached_ids=x.clone(),
         words=_word_tokens(canvas) if config.ban_adjacent_repeats else None,
@@ -733,19 +737,24 @@ def _defer_early_ends(row: _Row, decision: _Decision) -> None:
     position is never deferred. See :func:`_release_ends` for the threshold rules."""
     ends = row.canvas.terminators()
     first: dict[int, int] = {}  # hole -> its first masked position, looked up once
+    x: list[int] | None = None  # the canvas as a list, read only if an end is proposed
+    scores = decision.score.tolist()
     for i, (position, token) in enumerate(
         zip(decision.positions.tolist(), decision.tokens.tolist(), strict=True)
     ):
         if token not in ends:
             continue
         hole_index = row.hole_at[position]
+        hole = row.canvas.holes[hole_index]
         if hole_index not in first:
-            first[hole_index] = _first_masked(row, hole_index)
-        if row.canvas.holes[hole_index].constraint is None and (
-            0 <= first[hole_index] < position
-        ):
-            decision.held[i] = float(decision.score[i])
-            decision.score[i] = -math.inf
+            x = row.x.tolist() if x is None else x
+            masked = (p for p in range(hole.start, hole.end) if x[p] == row.canvas.mask_id)
+            first[hole_index] = next(masked, -1)
+        if hole.constraint is None and 0 <= first[hole_index] < position:
+            decision.held[i] = scores[i]
+    if decision.held:
+        held = torch.tensor(sorted(decision.held), dtype=torch.long, device=decision.score.device)
+        decision.score[held] = -math.inf
 
 
 def _allowed_scores(
@@ -755,6 +764,12 @@ def _allowed_scores(
     scores = logits[where[positions]]  # [n, V]
     if positions.numel() == 0:
         return scores
+    if row.vocab_ok and not row.pattern_state:  # static sets only, none of them empty
+        banned = row.banned[row.vocab_of[positions]]
+        if scores.shape[-1] > banned.shape[-1]:  # a model vocabulary wider than the canvas's
+            wider = banned.new_ones((banned.shape[0], scores.shape[-1] - banned.shape[-1]))
+            banned = torch.cat([banned, wider], dim=-1)
+        return scores.masked_fill(banned, -math.inf)
     allowed = _allowed(row, positions)
     if scores.shape[-1] > allowed.shape[-1]:  # a model vocabulary wider than the canvas's
         pad = allowed.new_zeros((allowed.shape[0], scores.shape[-1] - allowed.shape[-1]))
@@ -899,17 +914,16 @@ def _release_ends(
     at least ``neighbour_threshold`` probability (it was judged with those positions
     masked), and whose hole has every earlier masked position committed in this same step: a
     hole the model is sure of ends in the pass that writes it, not one pass later."""
+    positions, probs = decision.positions.tolist(), decision.prob.tolist()
+    x, mask_id = row.x.tolist(), row.canvas.mask_id
     picked = set(chosen.tolist())
-    committing = {int(decision.positions[i]) for i in picked}
-    for i in sorted(decision.held, key=lambda j: int(decision.positions[j])):
-        position = int(decision.positions[i])
-        if not _passes(decision.held[i], config) or (
-            float(decision.prob[i]) < config.neighbour_threshold
-        ):
+    committing = {positions[i] for i in picked}
+    for i in sorted(decision.held, key=lambda j: positions[j]):
+        position = positions[i]
+        if not _passes(decision.held[i], config) or probs[i] < config.neighbour_threshold:
             continue
         hole = row.canvas.holes[row.hole_at[position]]
-        span = torch.arange(hole.start, position, device=row.x.device)
-        earlier = span[row.x[span] == row.canvas.mask_id].tolist()
+        earlier = (p for p in range(hole.start, position) if x[p] == mask_id)
         if all(p in committing for p in earlier):
             picked.add(i)
             committing.add(position)
