@@ -679,17 +679,18 @@ def _eligible(row: _Row, block: torch.Tensor) -> torch.Tensor:
         if isinstance(constraint, ChoiceConstraint):
             continue
         if isinstance(constraint, PatternConstraint):
-            if hole_index in seen_pattern or _first_masked(row, hole_index) != position:
+            hole = row.canvas.holes[hole_index]
+            if hole_index in seen_pattern or _first_masked(row, hole) != position:
                 continue
             seen_pattern.add(hole_index)
         keep.append(position)
     return torch.tensor(keep, dtype=torch.long, device=block.device)
 
 
-def _first_masked(row: _Row, hole_index: int) -> int:
-    hole = row.canvas.holes[hole_index]
-    span = row.x[hole.start : hole.end] == row.canvas.mask_id
-    return hole.start + int(span.nonzero()[0]) if bool(span.any()) else -1
+def _first_masked(row: _Row, hole: Hole) -> int:
+    """The first masked position of ``hole`` on the canvas, -1 if none is left."""
+    span = row.x[hole.start : hole.end].tolist()
+    return next((hole.start + i for i, t in enumerate(span) if t == row.canvas.mask_id), -1)
 
 
 def _allowed(row: _Row, positions: torch.Tensor) -> torch.Tensor:
@@ -737,7 +738,6 @@ def _defer_early_ends(row: _Row, decision: _Decision) -> None:
     position is never deferred. See :func:`_release_ends` for the threshold rules."""
     ends = row.canvas.terminators()
     first: dict[int, int] = {}  # hole -> its first masked position, looked up once
-    x: list[int] | None = None  # the canvas as a list, read only if an end is proposed
     scores = decision.score.tolist()
     for i, (position, token) in enumerate(
         zip(decision.positions.tolist(), decision.tokens.tolist(), strict=True)
@@ -747,9 +747,7 @@ def _defer_early_ends(row: _Row, decision: _Decision) -> None:
         hole_index = row.hole_at[position]
         hole = row.canvas.holes[hole_index]
         if hole_index not in first:
-            x = row.x.tolist() if x is None else x
-            masked = (p for p in range(hole.start, hole.end) if x[p] == row.canvas.mask_id)
-            first[hole_index] = next(masked, -1)
+            first[hole_index] = _first_masked(row, hole)
         if hole.constraint is None and 0 <= first[hole_index] < position:
             decision.held[i] = scores[i]
     if decision.held:
@@ -766,17 +764,15 @@ def _allowed_scores(
         return scores
     if row.vocab_ok and not row.pattern_state:  # static sets only, none of them empty
         banned = row.banned[row.vocab_of[positions]]
-        if scores.shape[-1] > banned.shape[-1]:  # a model vocabulary wider than the canvas's
-            wider = banned.new_ones((banned.shape[0], scores.shape[-1] - banned.shape[-1]))
-            banned = torch.cat([banned, wider], dim=-1)
-        return scores.masked_fill(banned, -math.inf)
-    allowed = _allowed(row, positions)
-    if scores.shape[-1] > allowed.shape[-1]:  # a model vocabulary wider than the canvas's
-        pad = allowed.new_zeros((allowed.shape[0], scores.shape[-1] - allowed.shape[-1]))
-        allowed = torch.cat([allowed, pad], dim=-1)
-    if not bool(allowed.any(dim=-1).all()):
-        raise RuntimeError(f"no allowed token at some of positions {positions.tolist()}")
-    return scores.masked_fill(~allowed, -math.inf)
+    else:
+        allowed = _allowed(row, positions)
+        if not bool(allowed.any(dim=-1).all()):
+            raise RuntimeError(f"no allowed token at some of positions {positions.tolist()}")
+        banned = ~allowed
+    if scores.shape[-1] > banned.shape[-1]:  # a model vocabulary wider than the canvas's
+        wider = banned.new_ones((banned.shape[0], scores.shape[-1] - banned.shape[-1]))
+        banned = torch.cat([banned, wider], dim=-1)
+    return scores.masked_fill(banned, -math.inf)
 
 
 def _ban_repeats(row: _Row, positions: torch.Tensor, scores: torch.Tensor) -> None:
