@@ -48,9 +48,10 @@ RULES: dict[str, Any] = {  # the presets' rules: end of hole (now off), neighbou
     "tail_threshold": PRESETS[DEFAULT_PRESET].tail_threshold,
     "neighbour_threshold": PRESETS[DEFAULT_PRESET].neighbour_threshold,
     "ban_adjacent_repeats": PRESETS[DEFAULT_PRESET].ban_adjacent_repeats,
+    "hold_shifted_repeats": PRESETS[DEFAULT_PRESET].hold_shifted_repeats,
 }
 RULES_OFF: dict[str, Any] = {"tail_threshold": 1.0, "neighbour_threshold": 0.0,
-                             "ban_adjacent_repeats": False}  # fmt: skip
+                             "ban_adjacent_repeats": False, "hold_shifted_repeats": False}  # fmt: skip
 NO_RULES = " (rules off)"  # name suffix of a config without them
 AR = "AR-FIM (KV cache)"
 

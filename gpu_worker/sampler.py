@@ -10,8 +10,8 @@ The loop, per canvas (several canvases advance in lockstep in one batch):
    :func:`_commit_step` pads the free holes' tails the model says are unused budget, picks
    which masked positions of the active block to commit under the commit rule (optionally
    never a word its neighbour already holds, nor two neighbours at once unless the model is
-   sure of the right one), optionally re-masks a few unsure ones, and enforces the protect
-   mask.
+   sure of the right one, nor a word right of a masked position proposed the same word),
+   optionally re-masks a few unsure ones, and enforces the protect mask.
 3. A block ends when nothing in it is masked; the request ends when no block is left, when
    ``should_stop()`` says so (cancelled: nothing is committed after), or when the step budget
    is down to one pass, which commits everything left (a flush).
@@ -106,7 +106,7 @@ class _Row:
     vocab_ok: bool  # every static set allows a token (then a step need not check it)
     vocab_of: torch.Tensor  # [L] long: each position's set in ``vocab``
     cached_ids: torch.Tensor  # [L] long: the ids the row's cache rows were computed on
-    words: frozenset[int] | None  # word tokens (ban_adjacent_repeats), None = no rule
+    words: frozenset[int] | None  # word tokens (the repeat rules), None = neither rule
     pattern_state: dict[int, int] = field(default_factory=dict)  # hole -> automaton state
     block: int = 0
     block_steps: int = 0
@@ -271,7 +271,8 @@ def _new_row(
         vocab_ok=bool(vocab.any(dim=-1).all()),
         vocab_of=vocab_of.to(x.device),
         cached_ids=x.clone(),
-        words=_word_tokens(canvas) if config.ban_adjacent_repeats else None,
+        words=(_word_tokens(canvas)
+               if config.ban_adjacent_repeats or config.hold_shifted_repeats else None),
     )
     for i, hole in enumerate(canvas.holes):
         if isinstance(hole.constraint, PatternConstraint):
@@ -833,7 +834,27 @@ def _propose(
     decision = _Decision(positions, tokens, prob, score.clone())
     if config.stop_on_eos:
         _defer_early_ends(row, decision)
+    if config.hold_shifted_repeats:
+        _hold_shifted_repeats(row, decision)
     return decision
+
+
+def _hold_shifted_repeats(row: _Row, decision: _Decision) -> None:
+    """In place: a free-hole position whose left neighbour in its hole is proposed in this
+    same decision (so it is still masked) with the same word token gets score -inf for this
+    step; the run's leftmost position keeps its score (see ``hold_shifted_repeats``)."""
+    words = row.words
+    if words is None or decision.positions.numel() < 2:
+        return
+    positions, tokens = decision.positions.tolist(), decision.tokens.tolist()  # ascending
+    held = [
+        i for i in range(1, len(positions))
+        if positions[i - 1] == positions[i] - 1 and tokens[i - 1] == tokens[i]
+        and tokens[i] in words and row.free_at[positions[i]]
+        and row.hole_at[positions[i - 1]] == row.hole_at[positions[i]]
+    ]  # fmt: skip
+    if held:
+        decision.score[torch.tensor(held, dtype=torch.long, device=decision.score.device)] = -math.inf
 
 
 def _pick_tokens(

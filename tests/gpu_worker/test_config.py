@@ -26,6 +26,7 @@ configs = st.builds(
     tail_threshold=st.floats(0.0, 1.0),
     ban_adjacent_repeats=st.booleans(),
     neighbour_threshold=st.floats(0.0, 1.0),
+    hold_shifted_repeats=st.booleans(),
     precision=st.sampled_from(["fp32", "bf16"]),
     cache=st.sampled_from(["none", "dual", "delayed"]),
 )
@@ -114,7 +115,7 @@ def test_config_from_overrides_rejects_unknown_presets_and_fields() -> None:
 @pytest.mark.parametrize(
     ("name", "off", "on"),
     [("tail_threshold", 1.0, 0.5), ("ban_adjacent_repeats", False, True),
-     ("neighbour_threshold", 0.0, 0.9)],
+     ("neighbour_threshold", 0.0, 0.9), ("hold_shifted_repeats", False, True)],
 )  # fmt: skip
 def test_a_config_stored_before_a_field_was_added_keeps_its_sha256_and_decodes_as_before(
     name: str, off: object, on: object

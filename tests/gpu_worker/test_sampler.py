@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_worker.canvas import Canvas, parse_canvas
-from gpu_worker.config import CacheMode, SamplerConfig
+from gpu_worker.config import CacheMode, CommitRule, SamplerConfig
 from gpu_worker.constraints import token_table
 from gpu_worker.model import StencilTransformer, hole_room
 from gpu_worker.sampler import StepInfo, canvas_sha256, denoise, denoise_batch, plan_blocks
@@ -76,6 +76,7 @@ sampler_configs = st.builds(
     tail_threshold=st.sampled_from([0.3, 1.0]),
     ban_adjacent_repeats=st.booleans(),
     neighbour_threshold=st.sampled_from([0.0, 0.9]),
+    hold_shifted_repeats=st.booleans(),
     cache=st.sampled_from(["none", "dual", "delayed"]),
 )
 
@@ -328,9 +329,13 @@ def test_step_budget_flushes_on_the_last_pass(
 class ForcedTokens(torch.nn.Module):
     """Wraps a model so that a chosen token wins at chosen positions."""
 
-    def __init__(self, inner: StencilTransformer, forced: dict[int, int]) -> None:
+    def __init__(
+        self, inner: StencilTransformer, forced: dict[int, int],
+        logit: dict[int, float] | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
         self.inner, self.forced = inner, forced
+        self.logit = logit or {}  # position -> the forced token's logit (default 1e4: sure)
         self.mask_id, self.pad_id, self.eos_id, self.max_len = (
             inner.mask_id, inner.pad_id, inner.eos_id, inner.max_len)  # fmt: skip
 
@@ -339,7 +344,7 @@ class ForcedTokens(torch.nn.Module):
     ) -> torch.Tensor:
         logits = self.inner(ids, attention_mask).clone()
         for position, token in self.forced.items():
-            logits[:, position, token] = 1e4
+            logits[:, position, token] = self.logit.get(position, 1e4)
         return logits
 
 
@@ -491,6 +496,32 @@ def test_adjacent_positions_never_repeat_a_word_when_repeats_are_banned(
         assert int(result.ids[start + 1]) == word and start + 2 not in result.trace[0].committed
     else:
         assert word in repeats and the in repeats
+    assert not bool((result.ids == canvas.mask_id).any())
+
+
+@pytest.mark.parametrize("rule", ["threshold", "even"])
+@pytest.mark.parametrize("hold", [True, False])
+def test_a_word_proposed_at_two_masked_neighbours_is_committed_at_the_left_one_first(
+    tokenizer: StencilTokenizer, model: StencilTransformer, rule: CommitRule, hold: bool
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Patient:"}, {"hole": "a", "max_tokens": 5},
+                                   {"text": " presented."}])  # fmt: skip
+    start = canvas.holes[0].start
+    word = word_token(tokenizer, " Smith")
+    # the model is sure of " Smith" at the hole's third position and a little less (about
+    # 0.98) at its second: the third is the surer, as in "Melissa was Wright"
+    wrapped = ForcedTokens(model, {start + 1: word, start + 2: word}, logit={start + 1: 15.0})
+    config = SamplerConfig(commit_rule=rule, threshold=0.9, block_length=8, steps_per_block=8,
+                           hold_shifted_repeats=hold)  # fmt: skip
+    result = denoise(wrapped, canvas, config, torch.Generator())
+    first = {p: next(i for i, info in enumerate(result.trace) if p in info.committed)
+             for p in (start + 1, start + 2)}  # fmt: skip
+    if hold:  # the right one waits while its left neighbour, proposed the same word, is masked
+        assert first[start + 1] < first[start + 2]
+    elif rule == "even":  # one per step, the surest first: the right one
+        assert first[start + 2] < first[start + 1]
+    else:  # both sure: committed together
+        assert first[start + 1] == first[start + 2] == 0
     assert not bool((result.ids == canvas.mask_id).any())
 
 
