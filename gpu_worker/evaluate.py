@@ -557,11 +557,16 @@ def write_samples(
     judged = ar is not None and judge_per_kind > 0
     table = [f"How typical the documents read: mean NLL per token (nats) of the whole text, "
              f"read left to right by AR-FIM, over {judge_per_kind} {split} documents of each kind "
-             "holed as below (lower is more typical; the judge favours its own fills).", "",
-             "| kind | original | denoiser | AR-FIM |", "|---|---|---|---|"]  # fmt: skip
+             "holed as below (lower is more typical; the judge favours its own fills), and how "
+             "many of their holes each model wrote exactly as the original (spaces at the ends "
+             "aside): the later mentions of entities, and all holes.", "",
+             "| kind | original | denoiser | AR-FIM | entity holes exact (D / AR of n) | "
+             "all holes exact (D / AR of n) |", "|---|---|---|---|---|---|"]  # fmt: skip
     totals = [0.0, 0.0, 0.0]
+    all_counts = HoleCounts()
     for kind in KINDS:
         sums = [0.0, 0.0, 0.0]
+        counts = HoleCounts()
         for n, doc in enumerate(_first_of_kind(split, kind, judge_per_kind if judged else 1)):
             case = sample_case(doc, denoiser.tokenizer.encode)
             outcome = infill_request(denoiser, case.request(seed), config=config)
@@ -572,18 +577,55 @@ def write_samples(
             nll = [judged_nll(ar, text) for text in texts] if ar is not None else []
             if judged:
                 sums = [t + x / judge_per_kind for t, x in zip(sums, nll, strict=True)]
+                assert fill is not None  # a judge is AR-FIM, which also fills
+                counts.add(case, outcome.holes, fill.holes)
             if n == 0:  # the first document of each kind is shown whole
                 lines += _sample_lines(kind, split, doc, case, outcome, fill, nll)
         if judged:
-            table.append(f"| {kind} | {sums[0]:.2f} | {sums[1]:.2f} | {sums[2]:.2f} |")
+            table.append(f"| {kind} | {sums[0]:.2f} | {sums[1]:.2f} | {sums[2]:.2f} | "
+                         f"{counts.cells()} |")  # fmt: skip
             totals = [t + x / len(KINDS) for t, x in zip(totals, sums, strict=True)]
+            all_counts.merge(counts)
     if judged:
-        table += [f"| **mean** | {totals[0]:.2f} | {totals[1]:.2f} | {totals[2]:.2f} |", ""]
+        table += [f"| **mean** | {totals[0]:.2f} | {totals[1]:.2f} | {totals[2]:.2f} | "
+                  f"{all_counts.cells()} |", ""]  # fmt: skip
         lines[header:header] = table
     text = "\n".join(lines)
     out.mkdir(parents=True, exist_ok=True)
     (out / "SAMPLES.md").write_text(text)
     return text
+
+
+@dataclass
+class HoleCounts:
+    """Holes written exactly as the original, by the denoiser and by AR-FIM: entity holes
+    (the later mentions) and all holes."""
+
+    entities: int = 0
+    entities_d: int = 0
+    entities_ar: int = 0
+    holes: int = 0
+    holes_d: int = 0
+    holes_ar: int = 0
+
+    def add(self, case: Case, denoiser: dict[str, str], ar: dict[str, str]) -> None:
+        for hole in case.holes:
+            d, a = (_exact(fills.get(hole.name, ""), hole.target) for fills in (denoiser, ar))
+            self.holes += 1
+            self.holes_d += d
+            self.holes_ar += a
+            if hole.kind == "entity_left":  # sample_case's kind for a later mention
+                self.entities += 1
+                self.entities_d += d
+                self.entities_ar += a
+
+    def merge(self, other: HoleCounts) -> None:
+        for name in ("entities", "entities_d", "entities_ar", "holes", "holes_d", "holes_ar"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def cells(self) -> str:
+        return (f"{self.entities_d} / {self.entities_ar} of {self.entities} | "
+                f"{self.holes_d} / {self.holes_ar} of {self.holes}")  # fmt: skip
 
 
 def _first_of_kind(split: Split, kind: str, count: int) -> Iterator[Document]:
@@ -624,7 +666,12 @@ def _sample_lines(
 
 def _exact_holes(case: Case, holes: dict[str, str]) -> int:
     """How many of the case's holes ``holes`` fills exactly as the original (spaces aside)."""
-    return sum(holes.get(h.name, "").strip() == h.target.strip() for h in case.holes)
+    return sum(_exact(holes.get(h.name, ""), h.target) for h in case.holes)
+
+
+def _exact(text: str, target: str) -> bool:
+    """A hole's text equals the original's, spaces at the ends aside."""
+    return text.strip() == target.strip()
 
 
 def _marked(doc: Document, case: Case, holes: dict[str, str], *, marks: bool = True) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from gpu_worker.backends import load_backend
-from gpu_worker.corpus import KINDS, document_at, iter_split
+from gpu_worker.corpus import KINDS, Document, document_at, iter_split
 from gpu_worker.evaluate import (
     HOLE_KINDS,
     build_cases,
@@ -20,6 +21,7 @@ from gpu_worker.evaluate import (
     locked_preserved,
     main,
     markdown_table,
+    sample_case,
     write_report,
     write_samples,
 )
@@ -113,8 +115,22 @@ def test_samples_show_every_kind_beside_ar_fim_with_the_judged_table(
     assert [row.split(" | ")[0].removeprefix("| ") for row in rows] == [
         "kind", *KINDS, "**mean**"
     ]
+    first_docs: dict[str, Document] = {}
+    for index in range(200):
+        doc = document_at("test", index)
+        first_docs.setdefault(doc.kind, doc)
     for row in rows[1:]:
-        assert all(float(cell) > 0 for cell in row.strip("| ").split(" | ")[1:])
+        cells = row.strip("| ").split(" | ")
+        assert all(float(cell) > 0 for cell in cells[1:4])  # judged NLL of each text
+        counts = [re.fullmatch(r"(\d+) / (\d+) of (\d+)", cell) for cell in cells[4:]]
+        assert all(m is not None and int(m[1]) <= int(m[3]) and int(m[2]) <= int(m[3])
+                   for m in counts)  # fmt: skip
+        if cells[0] in KINDS:  # one judged document per kind: its first one, holed as shown
+            case = sample_case(first_docs[cells[0]], corpus_tokenizer.encode)
+            assert counts[1] is not None and int(counts[1][3]) == len(case.holes)
+            entities = sum(h.kind == "entity_left" for h in case.holes)
+            assert counts[0] is not None and int(counts[0][3]) == entities
+            assert f"{len(case.holes)} holes, {counts[1][1]} written exactly" in text
     for kind in KINDS:
         assert f"## {kind} (test seed" in text
     assert text.count("<details><summary>AR-FIM:") == len(KINDS)
