@@ -31,7 +31,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -620,8 +620,8 @@ class HoleCounts:
                 self.entities_ar += a
 
     def merge(self, other: HoleCounts) -> None:
-        for name in ("entities", "entities_d", "entities_ar", "holes", "holes_d", "holes_ar"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     def cells(self) -> str:
         return (f"{self.entities_d} / {self.entities_ar} of {self.entities} | "

@@ -265,7 +265,7 @@ class StencilTransformer(nn.Module):
         self.apply(self._init_weights)
         if cfg.room_buckets:
             nn.init.zeros_(self.room.weight)
-        if cfg.copy_dim and cfg.copy_twins:
+        if cfg.copy_twins:  # checked above: it comes with a copy head
             self.copy.init_twin_gate()
 
     @staticmethod

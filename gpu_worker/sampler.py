@@ -732,7 +732,9 @@ def _vocab_table(canvas: Canvas, config: SamplerConfig) -> tuple[torch.Tensor, t
     return torch.stack(sets), index
 
 
-def _defer_early_ends(row: _Row, decision: _Decision) -> None:
+def _defer_early_ends(
+    row: _Row, decision: _Decision, positions: list[int], tokens: list[int]
+) -> None:
     """With ``stop_on_eos``: an EOS / pad proposed in a free hole waits while an earlier
     position of that hole is still masked (its score becomes -inf, the score it had is kept in
     ``held``), so where a hole ends is decided after what it says; the hole's earliest masked
@@ -740,9 +742,7 @@ def _defer_early_ends(row: _Row, decision: _Decision) -> None:
     ends = row.canvas.terminators()
     first: dict[int, int] = {}  # hole -> its first masked position, looked up once
     scores = decision.score.tolist()
-    for i, (position, token) in enumerate(
-        zip(decision.positions.tolist(), decision.tokens.tolist(), strict=True)
-    ):
+    for i, (position, token) in enumerate(zip(positions, tokens, strict=True)):
         if token not in ends:
             continue
         hole_index = row.hole_at[position]
@@ -832,21 +832,25 @@ def _propose(
     else:
         score = prob
     decision = _Decision(positions, tokens, prob, score.clone())
-    if config.stop_on_eos:
-        _defer_early_ends(row, decision)
-    if config.hold_shifted_repeats:
-        _hold_shifted_repeats(row, decision)
+    if config.stop_on_eos or config.hold_shifted_repeats:
+        at, proposed = positions.tolist(), tokens.tolist()  # read once for both rules
+        if config.stop_on_eos:
+            _defer_early_ends(row, decision, at, proposed)
+        if config.hold_shifted_repeats:
+            _hold_shifted_repeats(row, decision, at, proposed)
     return decision
 
 
-def _hold_shifted_repeats(row: _Row, decision: _Decision) -> None:
+def _hold_shifted_repeats(
+    row: _Row, decision: _Decision, positions: list[int], tokens: list[int]
+) -> None:
     """In place: a free-hole position whose left neighbour in its hole is proposed in this
     same decision (so it is still masked) with the same word token gets score -inf for this
-    step; the run's leftmost position keeps its score (see ``hold_shifted_repeats``)."""
+    step; the run's leftmost position keeps its score (see ``hold_shifted_repeats``).
+    ``positions`` (ascending) and ``tokens`` are the decision's, as lists."""
     words = row.words
-    if words is None or decision.positions.numel() < 2:
+    if words is None or len(positions) < 2:
         return
-    positions, tokens = decision.positions.tolist(), decision.tokens.tolist()  # ascending
     held = [
         i for i in range(1, len(positions))
         if positions[i - 1] == positions[i] - 1 and tokens[i - 1] == tokens[i]
