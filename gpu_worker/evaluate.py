@@ -318,7 +318,8 @@ def judged_nll(judge: LoadedModel, text: str) -> float:
 # -- running -----------------------------------------------------------------------------------------
 @dataclass
 class Score:
-    exact: list[float] = field(default_factory=list)
+    exact: list[float] = field(default_factory=list)  # spaces at the ends aside
+    strict: list[float] = field(default_factory=list)  # byte for byte, spaces counted
     token_acc: list[float] = field(default_factory=list)
     valid: list[float] = field(default_factory=list)
     locked: list[float] = field(default_factory=list)
@@ -332,6 +333,7 @@ class Score:
 
         return {
             "cases": len(self.exact), "exact_match": mean(self.exact),
+            "exact_match_strict": mean(self.strict),
             "token_accuracy": mean(self.token_acc), "validity": mean(self.valid),
             "locked_preserved": mean(self.locked), "nll_per_token": mean(self.nll),
             "seconds_per_case": mean(self.seconds), "forward_passes": mean(self.passes),
@@ -354,6 +356,7 @@ def run_route(
         target = case.holes[0]
         pred = outcome.holes.get("target", "")
         score.exact.append(float(pred.strip() == target.target.strip()))
+        score.strict.append(float(pred == target.target))
         score.token_acc.append(token_accuracy(pred, target.target, enc))
         score.valid.append(float(is_valid(target, pred)))
         score.locked.append(float(locked_preserved(case, outcome.document, outcome.holes)))
@@ -363,6 +366,7 @@ def run_route(
         records.append({
             "model": name, "kind": case.kind, "doc_kind": case.doc.kind, "seed": case.doc.seed,
             "target": target.target, "prediction": pred, "exact": score.exact[-1],
+            "exact_strict": score.strict[-1],
             "valid": score.valid[-1], "locked_preserved": score.locked[-1],
             "holes": [h.name for h in case.holes],
         })  # fmt: skip
@@ -406,9 +410,10 @@ def evaluate(
 
 # -- reporting ---------------------------------------------------------------------------------------
 def markdown_table(results: dict[str, Any]) -> str:
-    head = ("| hole kind | n | exact match (D / AR) | token acc. (D / AR) | valid (D / AR) | "
-            "locked kept (D / AR) | nats/token (D -ELBO / AR NLL) | s/case (D / AR) |")  # fmt: skip
-    lines = [head, "|---|---|---|---|---|---|---|---|"]
+    head = ("| hole kind | n | exact match (D / AR) | exact, spaces counted (D / AR) | "
+            "token acc. (D / AR) | valid (D / AR) | locked kept (D / AR) | "
+            "nats/token (D -ELBO / AR NLL) | s/case (D / AR) |")  # fmt: skip
+    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
     for kind, m in results["per_kind"].items():
         d, a = m["denoiser"], m["ar_fim"]
         em_d, em_a = f"{d['exact_match']:.2f}", f"{a['exact_match']:.2f}"
@@ -416,6 +421,8 @@ def markdown_table(results: dict[str, Any]) -> str:
             em_d, em_a = (f"**{em_d}**", em_a) if d["exact_match"] > a["exact_match"] else (em_d, f"**{em_a}**")
         lines.append(
             f"| {kind} | {d['cases']} | {em_d} / {em_a} | "
+            f"{d.get('exact_match_strict', float('nan')):.2f} / "
+            f"{a.get('exact_match_strict', float('nan')):.2f} | "
             f"{d['token_accuracy']:.2f} / {a['token_accuracy']:.2f} | "
             f"{d['validity']:.2f} / {a['validity']:.2f} | "
             f"{d['locked_preserved']:.2f} / {a['locked_preserved']:.2f} | "

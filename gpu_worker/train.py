@@ -27,13 +27,14 @@ as it is when a later hole stops the AR route's view of the right context.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import random
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -306,6 +307,12 @@ class Batch:
     tokens: int  # real positions in the batch
     room: torch.Tensor  # [B, L] long, see model.hole_room (0 outside holes)
 
+    def to(self, device: torch.device) -> Batch:
+        if self.inputs.device == device:
+            return self
+        return Batch(self.inputs.to(device), self.targets.to(device), self.weights.to(device),
+                     self.attention.to(device), self.tokens, self.room.to(device))  # fmt: skip
+
 
 def collate(examples: list[Example], pad_id: int) -> Batch:
     length = max(len(e.inputs) for e in examples)
@@ -343,12 +350,39 @@ def make_batch(
     return collate(examples, mc.pad_id)
 
 
+class StepBatches(torch.utils.data.Dataset[Batch]):
+    """The batches of a run, indexed by step, for a DataLoader whose worker processes make
+    them ahead of the training step (an accelerator outruns one process's Python)."""
+
+    def __init__(self, cfg: TrainConfig, mc: ModelConfig, tok: StencilTokenizer) -> None:
+        self.cfg, self.mc, self.tok = cfg, mc, tok
+
+    def __getitem__(self, step: int) -> Batch:
+        return make_batch(step, self.cfg, self.mc, self.tok)
+
+
+def batch_stream(
+    cfg: TrainConfig, mc: ModelConfig, tok: StencilTokenizer, *, start: int, workers: int
+) -> Iterator[Batch]:
+    """``make_batch(start)``, ``make_batch(start + 1)``, ...: in this process, or made by
+    ``workers`` processes and handed over in step order (the same batches either way)."""
+    if workers <= 0:
+        yield from (make_batch(step, cfg, mc, tok) for step in itertools.count(start))
+        return
+    loader = torch.utils.data.DataLoader(
+        StepBatches(cfg, mc, tok), batch_size=None, num_workers=workers, prefetch_factor=8,
+        sampler=itertools.count(start),
+    )  # fmt: skip
+    yield from loader
+
+
 def batch_loss(model: StencilTransformer, batch: Batch, *, bf16: bool) -> torch.Tensor:
     """Mean over rows of the weighted cross-entropy (scalar)."""
     # Padding is only ever at a row's end, so a causal model needs no key mask and a
     # bidirectional one masks the padded keys.
+    batch = batch.to(next(model.parameters()).device)
     mask = None if model.config.causal else batch.attention
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+    with torch.autocast(batch.inputs.device.type, dtype=torch.bfloat16, enabled=bf16):
         log_probs = model.target_log_probs(batch.inputs, batch.targets, mask, batch.room)
     return -(log_probs.float() * batch.weights).sum() / batch.inputs.shape[0]
 
@@ -373,7 +407,7 @@ def copy_probe(
         ids, ((a, b),) = tokenize_with_holes(doc, [first], tok.encode)
         if len(ids) > mc.max_len:
             continue
-        inputs = torch.tensor([ids])
+        inputs = torch.tensor([ids], device=next(model.parameters()).device)
         inputs[0, a:b] = mc.mask_id
         pred = model(inputs).argmax(-1)[0, a:b]  # [b - a]
         hits += int(pred.tolist() == ids[a:b])
@@ -395,6 +429,7 @@ class TrainState:
 
 BUDGET_MARGIN = 0.93  # share of --minutes planned for steps (evaluations take the rest)
 RECALIBRATE_UNTIL = 0.6  # the step count is re-estimated until this share of it is done
+FLOPS_CALIBRATION_STEPS = 50  # --target-flops: tokens per step measured over these (< warm-up)
 
 
 def _budget_steps(state: TrainState, minutes: float, *, recalibrate: bool) -> int:
@@ -484,16 +519,25 @@ def train(
     probe_docs: int = 48,
     max_new_steps: int | None = None,
     init_from: Path | None = None,
+    device: str = "cpu",
+    workers: int = 0,
+    target_flops: float | None = None,
+    prior_flops: float = 0.0,
 ) -> tuple[StencilTransformer, TrainState]:
     """Train (or resume from ``checkpoint``) until the step budget is spent, or for at most
     ``max_new_steps`` steps in this call (the checkpoint then resumes the same run).
 
     ``init_from``: a model directory whose weights start a fresh run (a continuation of an
-    earlier model with new modules, such as the copy head, initialised from the seed)."""
+    earlier model with new modules, such as the copy head, initialised from the seed).
+    ``target_flops``: the step count is set so the model's whole chain (``prior_flops`` for
+    the phases before this one) reaches this compute; it is fixed from the tokens of the first
+    ``FLOPS_CALIBRATION_STEPS`` steps, before warm-up ends, so ``--steps`` reproduces it.
+    ``minutes`` with it is a cap. ``workers``: processes that make batches ahead (see
+    batch_stream); ``device``: where the model trains (the returned model is on the CPU)."""
     from tqdm import tqdm
 
-    if steps is None and minutes is None:
-        raise ValueError("give steps or minutes")
+    if steps is None and minutes is None and target_flops is None:
+        raise ValueError("give steps, minutes or target_flops")
     mc = model_config(cfg, tok)
     torch.manual_seed(cfg.seed)  # weight init only; data and corruption use their own seeds
     model = StencilTransformer(mc)
@@ -501,13 +545,14 @@ def train(
         model.copy.set_twins(*tok.space_twins())
     if init_from is not None and not checkpoint.is_file():
         load_initial_weights(model, init_from)
+    model.to(device)
     opt = torch.optim.AdamW(
         model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay
     )
     state = TrainState(total_steps=steps or 0)
     run = _run_record(cfg, init_from)
     if checkpoint.is_file():
-        saved = torch.load(checkpoint, weights_only=False)
+        saved = torch.load(checkpoint, weights_only=False, map_location=device)
         _check_same_run(checkpoint, saved, run)
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
@@ -519,13 +564,15 @@ def train(
                desc=f"train {cfg.kind}", unit="step",
                mininterval=1.0 if sys.stderr.isatty() else 30.0)  # fmt: skip
     first_step = state.step
+    first_tokens = state.tokens
+    batches = batch_stream(cfg, mc, tok, start=state.step, workers=workers)
     while state.total_steps == 0 or state.step < state.total_steps:
         if max_new_steps is not None and state.step - first_step >= max_new_steps:
             _save_checkpoint(checkpoint, model, opt, state, run)
             break
         t0 = time.time()
         model.train()
-        batch = make_batch(state.step, cfg, mc, tok)
+        batch = next(batches).to(torch.device(device))
         for group in opt.param_groups:
             group["lr"] = lr_at(state.step, max(state.total_steps, 1), cfg)
         loss = batch_loss(model, batch, bf16=bf16)
@@ -538,7 +585,17 @@ def train(
         state.seconds += time.time() - t0
         entry = {"step": state.step, "tokens": state.tokens, "loss": loss.item(),
                  "seconds": state.seconds}  # fmt: skip
-        if minutes is not None and steps is None:
+        if target_flops is not None and steps is None:
+            if state.step - first_step == FLOPS_CALIBRATION_STEPS and not state.total_steps:
+                per_step = (state.tokens - first_tokens) / FLOPS_CALIBRATION_STEPS * flops_per_token
+                left = target_flops - prior_flops - state.tokens * flops_per_token
+                state.total_steps = state.step + max(1, math.ceil(left / per_step))
+            if minutes is not None and state.seconds >= minutes * 60 and state.total_steps:
+                print(f"time cap: stopped at step {state.step} of {state.total_steps}",
+                      file=sys.stderr)  # fmt: skip
+                state.total_steps = state.step
+            bar.total = state.total_steps or None
+        elif minutes is not None and steps is None:
             state.total_steps = _budget_steps(state, minutes, recalibrate=state.step % 50 == 20)
             bar.total = state.total_steps
         if state.total_steps and (state.step % cfg.eval_every == 0 or state.step == state.total_steps):
@@ -548,12 +605,13 @@ def train(
             entry["val_loss"] = float(validation_loss(model, tok, cfg, mc, bf16=bf16))
         state.log.append(entry)
         bar.update(1)
-        bar.set_postfix(loss=f"{entry['loss']:.3f}", tok=state.tokens)
+        bar.set_postfix(loss=f"{entry['loss']:.3f}", tok=state.tokens, refresh=False)
         if state.step % cfg.checkpoint_every == 0 or state.step == state.total_steps:
             _save_checkpoint(checkpoint, model, opt, state, run)
     bar.close()
+    del batches  # stops the batch workers
     state.log[-1]["flops"] = float(state.tokens * flops_per_token)
-    return model.eval(), state
+    return model.cpu().eval(), state
 
 
 def load_initial_weights(model: StencilTransformer, directory: Path) -> list[str]:
@@ -737,9 +795,8 @@ def render_model_card(
         "## Limits",
         "- Trained only on eight synthetic document kinds in English; it knows their phrasing, not",
         "  the world. Clinical and legal text it writes is template-like and not reviewed by experts.",
-        f"- Small ({summary['parameters'] / 1e6:.1f}M parameters, "
-        f"{sum(p['train_seconds'] for p in training_phases(summary)) / 3600:.1f} hours of CPU "
-        "training): it can invent names, dates and amounts; copying an entity from elsewhere in",
+        f"- Small ({summary['parameters'] / 1e6:.1f}M parameters, {_training_time(summary)}"
+        "): it can invent names, dates and amounts; copying an entity from elsewhere in",
         "  the document is imperfect, and it sometimes cuts a name short or runs past its end",
         "  (see the metrics and `bench/eval/SAMPLES.md`).",
         "- Free prose is weak: sentences mostly keep to the document's kind, but they repeat names",
@@ -759,6 +816,17 @@ def training_phases(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return [*(training_phases(earlier) if earlier else []), summary]
 
 
+def _training_time(summary: dict[str, Any]) -> str:
+    """'7.4 hours of CPU training', with the accelerator's minutes beside it where any ran."""
+    phases = training_phases(summary)
+    cpu = sum(p["train_seconds"] for p in phases if "device_name" not in p)
+    text = f"{cpu / 3600:.1f} hours of CPU training"
+    for name in sorted({p["device_name"] for p in phases if "device_name" in p}):
+        seconds = sum(p["train_seconds"] for p in phases if p.get("device_name") == name)
+        text += f" and {seconds / 60:.1f} minutes on one {name}"
+    return text
+
+
 def _compute_rows(summary: dict[str, Any]) -> list[str]:
     phases = training_phases(summary)
     cfg = summary["config"]
@@ -766,12 +834,15 @@ def _compute_rows(summary: dict[str, Any]) -> list[str]:
     for n, phase in enumerate(phases, 1):
         head = f"phase {n}: " if len(phases) > 1 else ""
         copy = phase["config"].get("copy_dim", 0)
+        where = f"{phase.get('threads', 1)} CPU thread(s)"
+        if "device_name" in phase:
+            where = f"one {phase['device_name']} ({phase['device']})"
         rows += [
             f"| {head}steps x batch | {phase['steps']:,} x {phase['config']['batch_size']}"
             f"{f' (copy head {copy})' if copy else ' (no copy head)'} |",
             f"| {head}training tokens | {phase['tokens']:,} |",
-            f"| {head}wall time | {phase['train_seconds'] / 60:.1f} min on "
-            f"{phase.get('threads', 1)} CPU thread(s), {phase.get('precision', 'bf16 autocast')}, "
+            f"| {head}wall time | {phase['train_seconds'] / 60:.1f} min on {where}, "
+            f"{phase.get('precision', 'bf16 autocast')}, "
             f"{phase['tokens_per_second']:,.0f} tokens/s |",
         ]
     flops = sum(p["flops"] for p in phases)
@@ -803,7 +874,7 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
             command += f" --room-buckets {cfg['room_buckets']}"
         if cfg.get("copy_twins"):
             command += " --copy-twins"
-        if phase.get("precision") == "fp32":
+        if phase.get("precision", "").startswith("fp32"):
             command += " --no-bf16"
         if phase["kind"] == "denoiser":  # corruption recipes added later ran at 0 before
             for key in ("long_pad_prob", "template_prob", "ordered_hole_prob", "invent_prob"):
@@ -815,6 +886,10 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
         if n:  # a phase of its own: its own checkpoint (a checkpoint resumes only its own run)
             command += (f" --init-from models/{out.name}"
                         f" --checkpoint var/train/{out.name}/phase-{n + 1}.pt")  # fmt: skip
+        if cfg["batch_size"] != TrainConfig.batch_size:
+            command += f" --batch-size {cfg['batch_size']}"
+        if "device" in phase:
+            command += f" --device {phase['device']}"
         resumes = phase.get("phases") or [phase["steps"]]
         runs += [f"`{command} --steps {steps}`" for steps in resumes]
     note = (" (a later run of the same phase resumes from that phase's checkpoint under "
@@ -850,13 +925,23 @@ def _previous_training(directory: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Train a Stencil tokenizer or model.")
-    parser.add_argument("--kind", required=True, choices=["tokenizer", "denoiser", "ar_fim"])
+    parser.add_argument("--kind", choices=["tokenizer", "denoiser", "ar_fim"])
+    parser.add_argument("--card", type=Path, metavar="DIR",
+                        help="only rewrite DIR's model card and loss curve from its "
+                             "training.json (weights trained elsewhere, such as scripts/train-gpu)")
     parser.add_argument("--out", type=Path, help="model directory (or tokenizer.json path)")
     parser.add_argument("--tokenizer", type=Path, default=DEFAULT_TOKENIZER)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--minutes", type=float, help="wall-clock budget (fixes the step count)")
     parser.add_argument("--steps", type=int, help="exact step count (overrides --minutes)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="where to train: cpu or cuda")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="processes that make batches ahead of the step (0 = none)")
+    parser.add_argument("--target-flops", type=float,
+                        help="train until the model's whole chain of phases reaches this many "
+                             "FLOPs (the step count is fixed after 50 steps; --minutes caps it)")
+    parser.add_argument("--checkpoint-every", type=int, default=TrainConfig.checkpoint_every)
     parser.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
     parser.add_argument("--d-model", type=int, default=TrainConfig.d_model)
     parser.add_argument("--layers", type=int, default=TrainConfig.n_layers)
@@ -886,6 +971,15 @@ def main(argv: list[str] | None = None) -> None:
                         help="start from this model directory's weights (new modules seeded)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.card is not None:
+        summary = json.loads((args.card / "training.json").read_text())
+        plot_curve(summary.pop("log"), args.card / "loss_curve.png", f"{args.card.name}: training")
+        write_model_card(args.card, summary)
+        write_sha256sums(args.card.parent)
+        print(f"{args.card / 'MODEL_CARD.md'}: {len(training_phases(summary))} phases")
+        return
+    if args.kind is None:
+        parser.error("--kind is required (or --card DIR)")
     if args.kind == "tokenizer":
         target: Path = args.out or args.tokenizer
         trained = train_tokenizer(target)
@@ -893,8 +987,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.out is None:
         parser.error("--out is required for a model")
-    if args.minutes is None and args.steps is None:
-        parser.error("give --minutes or --steps")
+    if args.minutes is None and args.steps is None and args.target_flops is None:
+        parser.error("give --minutes, --steps or --target-flops")
+    if args.device.startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = True  # fp32 training: TF32 matmuls
+        torch.backends.cudnn.allow_tf32 = True
     tok = StencilTokenizer.from_file(args.tokenizer)
     cfg = TrainConfig(
         kind=args.kind, seed=args.seed, batch_size=args.batch_size, d_model=args.d_model,
@@ -902,7 +999,7 @@ def main(argv: list[str] | None = None) -> None:
         room_buckets=args.room_buckets, copy_twins=args.copy_twins,
         eval_every=args.eval_every, long_pad_prob=args.long_pad_prob,
         template_prob=args.template_prob, ordered_hole_prob=args.ordered_hole_prob,
-        invent_prob=args.invent_prob,
+        invent_prob=args.invent_prob, checkpoint_every=args.checkpoint_every,
         document_boundaries=not args.segment_boundaries,
     )  # fmt: skip
     checkpoint = args.checkpoint or Path("var/train") / args.out.name / "ckpt.pt"
@@ -911,9 +1008,13 @@ def main(argv: list[str] | None = None) -> None:
         seen = max(p["config"].get("data_offset", 0) + p["steps"]
                    for p in training_phases(previous["training"]))  # fmt: skip
         cfg = replace(cfg, data_offset=seen)
+    prior_flops = 0.0
+    if previous is not None and "training" in previous:
+        prior_flops = sum(p["flops"] for p in training_phases(previous["training"]))
     model, state = train(
         cfg, tok, checkpoint=checkpoint, steps=args.steps, minutes=args.minutes,
-        bf16=not args.no_bf16, init_from=args.init_from,
+        bf16=not args.no_bf16, init_from=args.init_from, device=args.device,
+        workers=args.workers, target_flops=args.target_flops, prior_flops=prior_flops,
     )  # fmt: skip
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -923,6 +1024,11 @@ def main(argv: list[str] | None = None) -> None:
     summary = training_summary(cfg, model, state)
     summary["precision"] = "fp32" if args.no_bf16 else "bf16 autocast"
     summary["threads"] = args.threads
+    if args.device != "cpu":
+        summary["device"] = args.device
+        summary["device_name"] = torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device
+        if args.no_bf16 and args.device.startswith("cuda"):
+            summary["precision"] = "fp32 (TF32 matmuls)"
     if previous is not None:
         summary["init_from"] = previous
     (out / "training.json").write_text(json.dumps({**summary, "log": state.log}, indent=1) + "\n")

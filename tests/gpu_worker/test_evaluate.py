@@ -98,9 +98,13 @@ def test_tiny_models_run_end_to_end_and_keep_locked_text(
             m = results["per_kind"][kind][model]
             assert m["cases"] == 1 and m["locked_preserved"] == 1.0
     assert results["per_kind"]["choice"]["ar_fim"]["validity"] == 1.0
+    for case in results["cases"]:  # exact match sets spaces at the ends aside; strict does not
+        assert case["exact"] == (case["prediction"].strip() == case["target"].strip())
+        assert case["exact_strict"] == (case["prediction"] == case["target"])
     write_report(results, tmp_path / "eval")
     assert (tmp_path / "eval" / "exact_match.png").is_file()
     assert "| entity_right | 1 |" in markdown_table(results)
+    assert "exact, spaces counted (D / AR)" in markdown_table(results)
 
 
 def test_samples_show_every_kind_beside_ar_fim_with_the_judged_table(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from dataclasses import replace
@@ -14,11 +15,13 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 from gpu_worker.corpus import document_at, iter_split
-from gpu_worker.model import StencilTransformer, load_model
+from gpu_worker.model import StencilTransformer, count_flops_per_token, load_model
 from gpu_worker.model import save_model as save_model_dir
 from gpu_worker.tokenizer import StencilTokenizer
 from gpu_worker.train import (
+    FLOPS_CALIBRATION_STEPS,
     TrainConfig,
+    batch_stream,
     denoiser_example,
     fim_example,
     load_initial_weights,
@@ -220,6 +223,36 @@ def test_batches_are_a_pure_function_of_seed_and_step(corpus_tokenizer: StencilT
     assert not torch.equal(a.inputs, c.inputs)
 
 
+def test_batches_made_by_worker_processes_are_the_batches_of_their_steps(
+    corpus_tokenizer: StencilTokenizer,
+) -> None:
+    cfg = _cfg()
+    mc = model_config(cfg, corpus_tokenizer)
+    made = list(itertools.islice(batch_stream(cfg, mc, corpus_tokenizer, start=7, workers=2), 5))
+    for step, batch in enumerate(made, 7):
+        alone = make_batch(step, cfg, mc, corpus_tokenizer)
+        assert torch.equal(batch.inputs, alone.inputs) and torch.equal(batch.weights, alone.weights)
+        assert torch.equal(batch.room, alone.room) and batch.tokens == alone.tokens
+    assert not torch.equal(made[0].inputs, made[1].inputs)
+
+
+def test_a_flops_target_fixes_the_step_count_from_the_first_steps_tokens(
+    corpus_tokenizer: StencilTokenizer, tmp_path: Path
+) -> None:
+    cfg = _cfg()
+    mc = model_config(cfg, corpus_tokenizer)
+    per_token = count_flops_per_token(mc, cfg.max_len // 2)
+    first = [make_batch(s, cfg, mc, corpus_tokenizer).tokens for s in range(FLOPS_CALIBRATION_STEPS)]
+    per_step = sum(first) / len(first) * per_token
+    prior = 1e9  # the phases before this one
+    target = prior + per_step * (FLOPS_CALIBRATION_STEPS + 12.5)
+    _, state = train(cfg, corpus_tokenizer, checkpoint=tmp_path / "f.pt", target_flops=target,
+                     prior_flops=prior, progress=False, bf16=False)  # fmt: skip
+    assert state.total_steps == state.step == FLOPS_CALIBRATION_STEPS + 13
+    reached = prior + state.log[-1]["flops"]
+    assert target <= reached < target + 2 * per_step
+
+
 @pytest.mark.parametrize("kind", ["denoiser", "ar_fim"])
 def test_tiny_training_lowers_the_loss(kind: str, corpus_tokenizer: StencilTokenizer, tmp_path: Path) -> None:
     _, state = train(_cfg(kind), corpus_tokenizer, checkpoint=tmp_path / "ckpt.pt", steps=40,
@@ -278,6 +311,29 @@ def test_cli_writes_every_artifact(tokenizer_file: Path, tmp_path: Path) -> None
     assert summary["steps"] == 4 and summary["tokens"] > 0 and summary["flops"] > 0
     card = (out / "MODEL_CARD.md").read_text()
     assert "training compute" in card and f"{summary['tokens']:,}" in card
+    assert "--batch-size 2 --steps 4" in card  # not the default batch: the card says so
+
+
+def test_a_card_is_rewritten_from_training_json_for_weights_trained_elsewhere(
+    tokenizer_file: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "models" / "tiny-denoiser"
+    _tiny_cli(out, tokenizer_file, tmp_path / "a.pt")
+    summary = _tiny_cli(out, tokenizer_file, tmp_path / "b.pt", "--init-from", str(out))
+    # What scripts/train-gpu brings back: weights, config and training.json of a CUDA phase.
+    summary.update(device="cuda", device_name="NVIDIA H200", precision="fp32 (TF32 matmuls)",
+                   train_seconds=90.0)  # fmt: skip
+    (out / "training.json").write_text(json.dumps(summary))
+    (out / "MODEL_CARD.md").unlink()
+    (out / "loss_curve.png").unlink()
+    main(["--card", str(out)])
+    card = (out / "MODEL_CARD.md").read_text()
+    assert (out / "loss_curve.png").is_file()
+    assert "| phase 2: wall time | 1.5 min on one NVIDIA H200 (cuda), fp32 (TF32 matmuls)" in card
+    assert "| phase 1: wall time" in card and "CPU thread(s)" in card
+    assert "--no-bf16 --init-from" in card and "--batch-size 2 --device cuda --steps 3" in card
+    assert "and 1.5 minutes on one NVIDIA H200" in card
+    assert "tiny-denoiser/MODEL_CARD.md" in (out.parent / "SHA256SUMS").read_text()
 
 
 def _tiny_cli(out: Path, tokenizer_file: Path, checkpoint: Path, *extra: str) -> dict:
