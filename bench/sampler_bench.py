@@ -54,6 +54,10 @@ RULES_OFF: dict[str, Any] = {"tail_threshold": 1.0, "neighbour_threshold": 0.0,
                              "ban_adjacent_repeats": False, "hold_shifted_repeats": False}  # fmt: skip
 NO_RULES = " (rules off)"  # name suffix of a config without them
 AR = "AR-FIM (KV cache)"
+DOC_SETS = (  # results key, title: the two ways whole documents are holed
+    ("documents", "Whole documents, every value span holed"),
+    ("drafting_documents", "Whole documents holed as drafts"),
+)
 
 
 def sampler_grid() -> dict[str, SamplerConfig]:
@@ -102,8 +106,27 @@ def eval_cases(
     return cases
 
 
+def drafting_cases(loaded: LoadedModel, docs: int, holes: int = 8) -> list[Case]:
+    """Whole test documents holed as a drafting template is (``evaluate.sample_case``: every
+    sentence, choice and JSON value and every later mention of an entity; first mentions,
+    numbers and dates locked), those with ``holes`` or more holes. Unlike document_cases,
+    their entities can be copied, as in the drafts people make."""
+    from gpu_worker.corpus import document_at
+    from gpu_worker.evaluate import sample_case
+
+    out: list[Case] = []
+    for index in range(500):
+        if len(out) >= docs:
+            break
+        case = sample_case(document_at("test", index), loaded.tokenizer.encode)
+        if len(case.holes) >= holes:
+            out.append(Case(case.request(), {h.name: h.target for h in case.holes}))
+    return out
+
+
 def document_cases(loaded: LoadedModel, docs: int, holes: int = 8) -> list[Case]:
-    """Whole documents with ``holes`` or more of their annotated spans cut out."""
+    """Whole documents with ``holes`` or more of their annotated spans cut out: every value
+    span, every mention of an entity included, so nothing is left to copy."""
     from gpu_worker.corpus import document_at
 
     out: list[Case] = []
@@ -330,11 +353,12 @@ def markdown(results: dict[str, Any]) -> str:
         for c in costs:
             lines.append(f"| {c['length']} | {c['full']:.2f} | "
                          + " | ".join(f"{c[w]:.2f}" for w in widths) + " |")  # fmt: skip
-    documents = results.get("documents")
-    if documents:
-        lines += ["", f"Whole documents with 8 or more holes ({documents['cases']} documents, "
-                  "every hole scored):", "", *header[:2]]  # fmt: skip
-        lines += [_row(name, r) for name, r in documents["routes"].items()]
+    for key, title in DOC_SETS:
+        documents = results.get(key)
+        if documents:
+            lines += ["", f"{title} ({documents['cases']} documents with 8 or more holes, "
+                      "every hole scored):", "", *header[:2]]  # fmt: skip
+            lines += [_row(name, r) for name, r in documents["routes"].items()]
     lines += ["", "## Targets", "", *(f"- {t}" for t in targets(results))]
     return "\n".join(lines) + "\n"
 
@@ -362,8 +386,8 @@ def targets(results: dict[str, Any]) -> list[str]:
                    f"**{'met' if r['tokens_per_forward'] >= 3 else 'not met'}**")  # fmt: skip
     else:
         out.append("threshold at <= 1 point lower EM than even-1/step: no threshold config: **not met**")
-    documents = results.get("documents")
-    sets = [("", batch1)] + ([("whole documents, ", documents["routes"])] if documents else [])
+    sets = [("", batch1)] + [(f"{title.lower()}, ", results[key]["routes"])
+                             for key, title in DOC_SETS if key in results]  # fmt: skip
     for where, runs in sets:
         for name, r in runs.items():
             twin = uncached(name)
@@ -383,13 +407,16 @@ def targets(results: dict[str, Any]) -> list[str]:
                f"{p['share_final_text_differs']:.0%} of {p['runs']} runs, median first divergent "
                f"step {p['first_divergent_step_median']}, validity fp32 {p['validity_fp32']:.2f} / "
                f"bf16 {p['validity_bf16']:.2f} (reported, no target)")  # fmt: skip
-    if documents and AR in documents["routes"]:
+    for key, title in DOC_SETS:
+        documents = results.get(key)
+        if not documents or AR not in documents["routes"]:
+            continue
         ar = documents["routes"][AR]
         for name in DOC_CONFIGS:
             d = documents["routes"][name]
             ratio = d["seconds_per_case"] / ar["seconds_per_case"]
             equal = d["exact_match"] >= ar["exact_match"]
-            out.append(f"whole documents, {name}: wall {ratio:.2f}x AR-FIM's at EM "
+            out.append(f"{title.lower()}, {name}: wall {ratio:.2f}x AR-FIM's at EM "
                        f"{d['exact_match']:.3f} vs {ar['exact_match']:.3f}: "
                        f"**{'met' if ratio <= 0.5 and equal else 'not met'}** "
                        "(aim <= 0.5x at equal or better EM)")  # fmt: skip
@@ -467,15 +494,14 @@ def main(argv: list[str] | None = None) -> int:
     ]  # fmt: skip
     results["precision"] = precision_study(loaded, cases, grid["threshold-0.9"])
     results["forward_costs"] = forward_costs(loaded.network)
-    documents = document_cases(loaded, args.docs)
-    for case in documents:  # warm-up, as for the cases above
-        infill_request(loaded, case.request, config=grid["threshold-0.9"])
-    routes: dict[str, Any] = {}
-    if documents:
-        print(f"whole documents: {len(DOC_CONFIGS)} configs and AR-FIM", file=sys.stderr)
-        routes = run_routes(with_ar(DOC_CONFIGS), documents, args.repeats)
-    if routes:
-        results["documents"] = {"cases": len(documents), "routes": routes}
+    for key, make in (("documents", document_cases), ("drafting_documents", drafting_cases)):
+        documents = make(loaded, args.docs)
+        for case in documents:  # warm-up, as for the cases above
+            infill_request(loaded, case.request, config=grid["threshold-0.9"])
+        if documents:
+            print(f"{key}: {len(DOC_CONFIGS)} configs and AR-FIM", file=sys.stderr)
+            routes = run_routes(with_ar(DOC_CONFIGS), documents, args.repeats)
+            results[key] = {"cases": len(documents), "routes": routes}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -195,3 +195,23 @@ def test_threshold_study_pairs_each_config_with_even_on_the_same_cases(
         assert r["exact_match"] - base["exact_match"] == pytest.approx(difference)
         assert r["tokens_per_forward"] > 0
     assert "| threshold-0.2 |" in markdown(results) and "4 val cases" in markdown(results)
+
+
+def test_the_bench_holes_drafts_so_entities_can_be_copied_and_values_so_they_cannot(
+    corpus_tokenizer: StencilTokenizer, tmp_path: Path
+) -> None:
+    from bench.sampler_bench import document_cases, drafting_cases
+
+    loaded = load_backend(_save(tmp_path / "d", corpus_tokenizer, "denoiser"))
+    drafts, values = drafting_cases(loaded, 4), document_cases(loaded, 4)
+    assert len(drafts) == len(values) == 4
+    copyable = 0
+    for case in drafts:
+        assert len(case.targets) >= 8
+        locked = "".join(s.get("text", "") for s in case.request["segments"])
+        copyable += sum(1 for t in case.targets.values() if len(t) > 3 and t in locked)
+    assert copyable >= 4  # later mentions of entities whose first mention stays locked
+    for case in values:
+        locked = "".join(s.get("text", "") for s in case.request["segments"])
+        assert len(case.targets) >= 8
+        assert sum(1 for t in case.targets.values() if len(t) > 3 and t in locked) < copyable
