@@ -355,7 +355,7 @@ def run_route(
         elapsed = time.perf_counter() - started
         target = case.holes[0]
         pred = outcome.holes.get("target", "")
-        score.exact.append(float(pred.strip() == target.target.strip()))
+        score.exact.append(float(_exact(pred, target.target)))
         score.strict.append(float(pred == target.target))
         score.token_acc.append(token_accuracy(pred, target.target, enc))
         score.valid.append(float(is_valid(target, pred)))

@@ -572,7 +572,7 @@ def train(
             break
         t0 = time.time()
         model.train()
-        batch = next(batches).to(torch.device(device))
+        batch = next(batches)  # batch_loss moves it to the model's device
         for group in opt.param_groups:
             group["lr"] = lr_at(state.step, max(state.total_steps, 1), cfg)
         loss = batch_loss(model, batch, bf16=bf16)
@@ -816,6 +816,11 @@ def training_phases(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return [*(training_phases(earlier) if earlier else []), summary]
 
 
+def chain_flops(summary: dict[str, Any]) -> float:
+    """The training compute of a model's whole chain of phases (FLOPs)."""
+    return float(sum(p["flops"] for p in training_phases(summary)))
+
+
 def _training_time(summary: dict[str, Any]) -> str:
     """'7.4 hours of CPU training', with the accelerator's minutes beside it where any ran."""
     phases = training_phases(summary)
@@ -845,7 +850,7 @@ def _compute_rows(summary: dict[str, Any]) -> list[str]:
             f"{phase.get('precision', 'bf16 autocast')}, "
             f"{phase['tokens_per_second']:,.0f} tokens/s |",
         ]
-    flops = sum(p["flops"] for p in phases)
+    flops = chain_flops(summary)
     rows += [
         f"| training tokens, all phases | {sum(p['tokens'] for p in phases):,} |",
         f"| training compute, all phases | {flops:.3g} FLOPs (6N + attention per token) |",
@@ -1010,7 +1015,7 @@ def main(argv: list[str] | None = None) -> None:
         cfg = replace(cfg, data_offset=seen)
     prior_flops = 0.0
     if previous is not None and "training" in previous:
-        prior_flops = sum(p["flops"] for p in training_phases(previous["training"]))
+        prior_flops = chain_flops(previous["training"])
     model, state = train(
         cfg, tok, checkpoint=checkpoint, steps=args.steps, minutes=args.minutes,
         bf16=not args.no_bf16, init_from=args.init_from, device=args.device,
