@@ -39,7 +39,11 @@ from gpu_worker.sampler import denoise_batch, model_int  # noqa: E402
 
 KINDS = ("entity_right", "sentence", "number_date", "choice", "json_value")
 TAUS = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
-CACHES = {"+cache": "dual", "+delayed": "delayed"}  # name suffix -> SamplerConfig.cache
+CACHES: dict[str, dict[str, Any]] = {  # name suffix -> the SamplerConfig fields it sets
+    "+cache": {"cache": "dual"},
+    "+delayed": {"cache": "delayed"},
+    "+delayed/once": {"cache": "delayed", "cache_refresh": 0},  # a full forward only at first
+}
 DOC_CONFIGS = tuple(  # whole documents
     f"threshold-{tau}{suffix}" for tau in (0.9, 0.3, 0.1) for suffix in ("", *CACHES)
 )
@@ -72,8 +76,8 @@ def sampler_grid() -> dict[str, SamplerConfig]:
     grid = {}
     for name, config in exact.items():
         grid[name] = config
-        for suffix, cache in CACHES.items():
-            grid[name + suffix] = config.replace(cache=cache)
+        for suffix, fields in CACHES.items():
+            grid[name + suffix] = config.replace(**fields)
     for name in ("even-1/step", "threshold-0.9"):
         grid[name + NO_RULES] = exact[name].replace(**RULES_OFF)
     return grid

@@ -173,7 +173,7 @@ def _precision(cfg: SamplerConfig) -> torch.autocast:
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def _read_prompt(network: StencilTransformer, prompt: list[int], cfg: SamplerConfig) -> _Context:
     device = next(network.parameters()).device
     with _precision(cfg):
@@ -184,7 +184,7 @@ def _read_prompt(network: StencilTransformer, prompt: list[int], cfg: SamplerCon
     return _Context(prompt, cache, logits[0, -1].float())
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def _step(
     network: StencilTransformer, cache: KVCache, token: int, position: int, cfg: SamplerConfig
 ) -> tuple[torch.Tensor, KVCache]:
@@ -262,7 +262,7 @@ def _choose(
     return token, float(probs[token])
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def score_candidates(
     network: StencilTransformer, context: _Context, candidates: list[list[int]], cfg: SamplerConfig
 ) -> list[float]:

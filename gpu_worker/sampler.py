@@ -5,8 +5,10 @@ The loop, per canvas (several canvases advance in lockstep in one batch):
 1. Plan blocks: the hole positions, in canvas order, cut into blocks of ``block_length``
    (a ``choices`` hole is never cut). Blocks are decoded left to right; attention stays
    bidirectional over the whole canvas, so a block sees the locked text on its right.
-2. Each step: one forward pass (full; with the dual cache only the active block's window;
-   with delayed caching only the block's masked positions and last step's changes), then
+2. Each step: one forward pass (full; with the dual cache only the active block's window,
+   after a full one at each block's first step; with delayed caching only the block's masked
+   positions and the tokens changed since their cache entries were written, and a full pass
+   only at the blocks ``cache_refresh`` names), then
    :func:`_commit_step` pads the free holes' tails the model says are unused budget, picks
    which masked positions of the active block to commit under the commit rule (optionally
    never a word its neighbour already holds, nor two neighbours at once unless the model is
@@ -112,7 +114,8 @@ class _Row:
     block_steps: int = 0
     steps: int = 0
     forward_passes: int = 0
-    needs_refresh: bool = True
+    needs_refresh: bool = True  # a block started since the row's cache was last refreshed
+    refreshed_block: int | None = None  # the block of the last refresh (None: never)
     done: bool = False
     cancelled: bool = False
     trace: list[StepInfo] = field(default_factory=list)
@@ -337,14 +340,14 @@ def _forward(
 
     Without the cache, one full forward of the active rows, cut to their longest canvas.
     With a cache (it keeps every row of the batch, so its tensors stay aligned): rows
-    starting a block (or flushing) run a full forward that rewrites their cache rows, and
-    the others one window forward (see :func:`_window_forward`). A row with a smaller window
-    fills it with positions that keep the cache's keys and values, so it sees what it would
-    see alone.
+    refreshing (see :func:`_refreshes`) or flushing run a full forward that rewrites their
+    cache rows, and the others one window forward (see :func:`_window_forward`). A row
+    with a smaller window fills it with positions that keep the cache's keys and values, so
+    it sees what it would see alone.
     """
     windowed: Any = model  # forward_window is outside the minimal backend protocol
     out: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    with _precision(config, ids.device), torch.no_grad():
+    with _precision(config, ids.device), torch.inference_mode():
         if config.cache == "none":
             index = torch.tensor(active, device=ids.device)
             length = max(rows[b].canvas.length for b in active)
@@ -359,7 +362,7 @@ def _forward(
                     **extra,
                 )
             return list(_synced(logits)), wheres, None
-        refresh = [b for b in active if rows[b].needs_refresh or _is_flush(rows[b], config)]
+        refresh = [b for b in active if _refreshes(rows[b], config) or _is_flush(rows[b], config)]
         if refresh:
             everyone = cache is None  # the first forward writes every row's cache
             chosen = list(range(len(rows))) if everyone else refresh
@@ -375,6 +378,7 @@ def _forward(
                 rows[b].cached_ids = rows[b].x.clone()
                 if b in refresh:
                     rows[b].needs_refresh = False
+                    rows[b].refreshed_block = rows[b].block
                     out[b] = (logits[i], wheres[i])
         stepping = [b for b in active if b not in out]
         if stepping:
@@ -382,6 +386,15 @@ def _forward(
                                              room, delayed=config.cache == "delayed")  # fmt: skip
             out.update(stepped)
     return [_synced(out[b][0]) for b in active], [out[b][1] for b in active], cache
+
+
+def _refreshes(row: _Row, config: SamplerConfig) -> bool:
+    """Whether the row's step runs a full forward that rewrites its cache rows: its first
+    step, and a new block's (the delayed cache: as ``config.cache_refresh`` asks)."""
+    if row.refreshed_block is None:
+        return True
+    every = config.cache_refresh if config.cache == "delayed" else 1
+    return row.needs_refresh and every > 0 and row.block - row.refreshed_block >= every
 
 
 def _masked_in_block(row: _Row) -> torch.Tensor:
@@ -467,9 +480,10 @@ def _window_forward(
     ``dual`` (Fast-dLLM): the window is the row's active block, every other position is
     read from the cache written when the block began. ``delayed`` (dKV-Cache's delayed
     caching): the window is the block's masked positions plus every position whose token
-    changed since its cache entry was written (a token committed or padded last step); their
-    keys and values are written back, so a committed token is recomputed once, in the step
-    after its commit, and read from the cache after that.
+    changed since its cache entry was written (a token committed or padded last step, or in
+    the previous block's last step when this block began without a refresh); their keys and
+    values are written back, so a committed token is recomputed once, in the step after its
+    commit, and read from the cache after that.
     """
     device = ids.device
     reads = [_masked_in_block(rows[b]) for b in stepping]

@@ -29,6 +29,7 @@ configs = st.builds(
     hold_shifted_repeats=st.booleans(),
     precision=st.sampled_from(["fp32", "bf16"]),
     cache=st.sampled_from(["none", "dual", "delayed"]),
+    cache_refresh=st.integers(0, 3),
 )
 
 
@@ -113,15 +114,16 @@ def test_config_from_overrides_rejects_unknown_presets_and_fields() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "off", "on"),
-    [("tail_threshold", 1.0, 0.5), ("ban_adjacent_repeats", False, True),
-     ("neighbour_threshold", 0.0, 0.9), ("hold_shifted_repeats", False, True)],
+    ("name", "off", "on", "base"),
+    [("tail_threshold", 1.0, 0.5, {}), ("ban_adjacent_repeats", False, True, {}),
+     ("neighbour_threshold", 0.0, 0.9, {}), ("hold_shifted_repeats", False, True, {}),
+     ("cache_refresh", 1, 0, {})],
 )  # fmt: skip
 def test_a_config_stored_before_a_field_was_added_keeps_its_sha256_and_decodes_as_before(
-    name: str, off: object, on: object
+    name: str, off: object, on: object, base: dict[str, object]
 ) -> None:
     assert name in ADDED_LATER
-    stored = json.loads(SamplerConfig().to_json())
+    stored = json.loads(SamplerConfig(**base).to_json())  # type: ignore[arg-type]
     assert name not in stored  # at the value that decodes as before, the field is left out
     before = json.dumps(stored, sort_keys=True, separators=(",", ":"))
     config = SamplerConfig.from_json(before)
@@ -130,6 +132,17 @@ def test_a_config_stored_before_a_field_was_added_keeps_its_sha256_and_decodes_a
     turned_on = config.replace(**{name: on})
     assert json.loads(turned_on.to_json())[name] == on and turned_on.sha256 != config.sha256
     assert SamplerConfig.from_json(turned_on.to_json()) == turned_on
+
+
+def test_cache_refresh_is_a_whole_number_of_blocks_and_survives_a_switch_of_cache_mode() -> None:
+    fast = PRESETS["fast"]
+    assert fast.cache == "delayed" and fast.cache_refresh == 0
+    exact = config_from_overrides("fast", {"cache": "none"})  # the job retries' escalation
+    assert exact.cache == "none" and exact.cache_refresh == 0
+    with pytest.raises(ValueError, match="cache_refresh=-1 must be an integer >= 0"):
+        SamplerConfig(cache="delayed", cache_refresh=-1)
+    with pytest.raises(ValueError, match="sampler field cache_refresh=0.5 must be of type int"):
+        SamplerConfig.from_json({"cache": "delayed", "cache_refresh": 0.5})
 
 
 def test_a_neighbour_threshold_outside_0_1_is_rejected() -> None:

@@ -78,6 +78,7 @@ sampler_configs = st.builds(
     neighbour_threshold=st.sampled_from([0.0, 0.9]),
     hold_shifted_repeats=st.booleans(),
     cache=st.sampled_from(["none", "dual", "delayed"]),
+    cache_refresh=st.integers(0, 3),  # the delayed cache's: once, every block, 2nd, 3rd
 )
 
 
@@ -219,9 +220,14 @@ def test_temperature_zero_determinism(
 
 
 @pytest.mark.parametrize("which", ["model", "room_model"])
-@pytest.mark.parametrize("cache", ["none", "dual", "delayed"])
+@pytest.mark.parametrize(("cache", "refresh"), [("none", 1), ("dual", 1), ("delayed", 1),
+                                                ("delayed", 0)])  # fmt: skip
 def test_batched_equals_unbatched(
-    tokenizer: StencilTokenizer, request: pytest.FixtureRequest, cache: CacheMode, which: str
+    tokenizer: StencilTokenizer,
+    request: pytest.FixtureRequest,
+    cache: CacheMode,
+    refresh: int,
+    which: str,
 ) -> None:
     """Rows of different lengths whose blocks start at different steps and places: with the
     dual cache each row refreshes its own cache rows and steps on its own window (and with a
@@ -242,7 +248,7 @@ def test_batched_equals_unbatched(
         canvas_of(tokenizer, [{"text": "Ref "}, {"hole": "d", "max_tokens": 2}]),
     ]
     config = SamplerConfig(temperature=0.7, commit_rule="threshold", threshold=0.5, block_length=4,
-                           cache=cache)  # fmt: skip
+                           cache=cache, cache_refresh=refresh)  # fmt: skip
     alone = [
         denoise(model, c, config, torch.Generator().manual_seed(i)) for i, c in enumerate(canvases)
     ]
@@ -294,6 +300,37 @@ def test_a_cached_step_recomputes_its_window(
     assert [len(info.committed) for info in result.trace] == [1] * 6
     expected = [6] * 5 if cache == "dual" else [6, 5, 4, 3, 2]  # -1 = a full forward
     assert logged.widths == [-1] + expected
+    assert validate(canvas, result.ids, tokenizer) == []
+
+
+@pytest.mark.parametrize(
+    ("cache", "refresh", "expected"),
+    [("delayed", 1, [-1, 3, 2, -1, 3, 2, -1, 3, 2]),  # a full forward at every block's start
+     ("delayed", 2, [-1, 3, 2, 4, 3, 2, -1, 3, 2]),  # at the first and third block's
+     ("delayed", 0, [-1, 3, 2, 4, 3, 2, 4, 3, 2]),  # at the first step only
+     ("dual", 0, [-1, 3, 3, -1, 3, 3, -1, 3, 3])],  # the dual cache: every block, whatever
+)  # fmt: skip
+def test_the_delayed_cache_refreshes_at_the_blocks_cache_refresh_names(
+    tokenizer: StencilTokenizer,
+    model: StencilTransformer,
+    cache: CacheMode,
+    refresh: int,
+    expected: list[int],
+) -> None:
+    """Three 3-position holes, a block each, one token per step. A block that starts
+    without a refresh recomputes its masked positions and the token the previous block
+    committed last (its cache entry still holds the mask it was written with)."""
+    logged = WindowLog(model.config)
+    logged.load_state_dict(model.state_dict())
+    logged.eval().widths = []
+    canvas = canvas_of(tokenizer, [{"text": "Dear "}, {"hole": "a", "max_tokens": 3},
+                                   {"text": " at "}, {"hole": "b", "max_tokens": 3},
+                                   {"text": " and "}, {"hole": "c", "max_tokens": 3}])  # fmt: skip
+    config = SamplerConfig(commit_rule="even", steps_per_block=3, block_length=3, cache=cache,
+                           cache_refresh=refresh, stop_on_eos=False)  # fmt: skip
+    result = denoise(logged, canvas, config, torch.Generator())
+    assert [len(info.committed) for info in result.trace] == [1] * 9
+    assert logged.widths == expected
     assert validate(canvas, result.ids, tokenizer) == []
 
 
