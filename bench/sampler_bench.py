@@ -2,10 +2,12 @@
 
 Not a test: it measures and writes ``bench/sampler/results.json``, ``REPORT.md`` and Pareto
 plots (when matplotlib is installed). Cases come from the model issue's evaluation set
-(``gpu_worker.evaluate.build_cases`` over the test split), so numbers compare across issues.
+(``gpu_worker.evaluate.build_cases`` over the test split), so numbers compare across issues;
+``--split val`` measures the validation split instead, to choose settings on.
 
     python bench/sampler_bench.py [--model models/stencil-denoiser] [--ar-model models/stencil-ar-fim]
-                                  [--cases 6] [--docs 3] [--repeats 1] [--out bench/sampler]
+                                  [--cases 6] [--docs 3] [--repeats 1] [--split test]
+                                  [--out bench/sampler]
 
 Routes are timed side by side: interleaved case by case, each case ``--repeats`` times,
 wall times the per-case median (see :func:`run_routes`).
@@ -110,7 +112,9 @@ def eval_cases(
     return cases
 
 
-def drafting_cases(loaded: LoadedModel, docs: int, holes: int = 8) -> list[Case]:
+def drafting_cases(
+    loaded: LoadedModel, docs: int, holes: int = 8, split: Split = "test"
+) -> list[Case]:
     """Whole test documents holed as a drafting template is (``evaluate.sample_case``: every
     sentence, choice and JSON value and every later mention of an entity; first mentions,
     numbers and dates locked), those with ``holes`` or more holes. Unlike document_cases,
@@ -122,13 +126,15 @@ def drafting_cases(loaded: LoadedModel, docs: int, holes: int = 8) -> list[Case]
     for index in range(500):
         if len(out) >= docs:
             break
-        case = sample_case(document_at("test", index), loaded.tokenizer.encode)
+        case = sample_case(document_at(split, index), loaded.tokenizer.encode)
         if len(case.holes) >= holes:
             out.append(Case(case.request(), {h.name: h.target for h in case.holes}))
     return out
 
 
-def document_cases(loaded: LoadedModel, docs: int, holes: int = 8) -> list[Case]:
+def document_cases(
+    loaded: LoadedModel, docs: int, holes: int = 8, split: Split = "test"
+) -> list[Case]:
     """Whole documents with ``holes`` or more of their annotated spans cut out: every value
     span, every mention of an entity included, so nothing is left to copy."""
     from gpu_worker.corpus import document_at
@@ -136,7 +142,7 @@ def document_cases(loaded: LoadedModel, docs: int, holes: int = 8) -> list[Case]
     out: list[Case] = []
     index = 0
     while len(out) < docs and index < 500:
-        doc = document_at("test", index)
+        doc = document_at(split, index)
         index += 1
         spans, cursor = [], 0
         for span in sorted(doc.spans, key=lambda s: s.start):
@@ -331,7 +337,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         "# Sampler benchmark", "",
         f"Model `{results['model']['name']}` (placeholder={results['model']['placeholder']}), "
-        f"{results['cases']} cases, device {results['device']}, torch {results['torch']}.", "",
+        f"{results['cases']} {results.get('split', 'test')} cases, device {results['device']}, "
+        f"torch {results['torch']}.", "",
         *([f"> {results['note']}", ""] if results.get("note") else []),
         *header,
     ]  # fmt: skip
@@ -456,19 +463,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench/sampler")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated hole kinds")
     parser.add_argument("--note", default="", help="a caveat printed at the top of REPORT.md")
+    parser.add_argument("--split", default="test", choices=("val", "test"),
+                        help="choose settings on val, report test")
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs per case and route; wall times are the per-case median")
     args = parser.parse_args(argv)
     loaded = load_backend(Path(args.model))
     started = time.perf_counter()
-    cases = eval_cases(loaded, args.cases, tuple(args.kinds.split(",")))
+    cases = eval_cases(loaded, args.cases, tuple(args.kinds.split(",")), split=args.split)
     print(f"{len(cases)} cases built in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     results: dict[str, Any] = {
         "model": {"name": loaded.name, "placeholder": loaded.placeholder,
                   "weights_sha256": loaded.weights_sha256},
         "cases": len(cases), "device": "cpu", "torch": torch.__version__,
         "python": platform.python_version(), "threads": torch.get_num_threads(),
-        "note": args.note, "repeats": args.repeats,
+        "note": args.note, "repeats": args.repeats, "split": args.split,
     }  # fmt: skip
     grid = sampler_grid()
     for case in cases:  # warm-up: token tables, pattern automata, allocator
@@ -499,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     results["precision"] = precision_study(loaded, cases, grid["threshold-0.9"])
     results["forward_costs"] = forward_costs(loaded.network)
     for key, make in (("documents", document_cases), ("drafting_documents", drafting_cases)):
-        documents = make(loaded, args.docs)
+        documents = make(loaded, args.docs, split=args.split)
         for case in documents:  # warm-up, as for the cases above
             infill_request(loaded, case.request, config=grid["threshold-0.9"])
         if documents:

@@ -16,6 +16,7 @@ hole, its values are typed sub-holes named ``<hole>.<path>``.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -387,10 +388,17 @@ def _prefix_sets(
     allowed: dict[int, torch.Tensor] = {}
     for hole in holes:
         if hole.prefix and hole.constraint is None:
-            starts = torch.tensor([t.startswith(hole.prefix) for t in table.texts])
-            starts[list(table.terminators)] = True
-            allowed[hole.start] = starts & free
+            allowed[hole.start] = _starting_with(hole.prefix, table) & free
     return allowed
+
+
+@functools.lru_cache(maxsize=64)
+def _starting_with(prefix: str, table: TokenTable) -> torch.Tensor:
+    """Bool [V]: the tokens whose text starts with ``prefix``, and EOS / pad. Shared by every
+    canvas (a scan of the whole vocabulary in Python, about 1 ms); never written to."""
+    starts = torch.tensor([t.startswith(prefix) for t in table.texts])
+    starts[list(table.terminators)] = True
+    return starts
 
 
 __all__ = ["FORCED_PREFIX", "Canvas", "Hole", "HoleConstraint", "Piece", "build_canvas",

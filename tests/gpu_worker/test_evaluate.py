@@ -215,3 +215,8 @@ def test_the_bench_holes_drafts_so_entities_can_be_copied_and_values_so_they_can
         locked = "".join(s.get("text", "") for s in case.request["segments"])
         assert len(case.targets) >= 8
         assert sum(1 for t in case.targets.values() if len(t) > 3 and t in locked) < copyable
+    val_drafts = drafting_cases(loaded, 4, split="val")  # settings are chosen on val
+    assert len(val_drafts) == 4
+    assert {c.request["segments"][0].get("text") for c in val_drafts} != {
+        c.request["segments"][0].get("text") for c in drafts
+    }
