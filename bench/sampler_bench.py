@@ -36,6 +36,7 @@ from gpu_worker.backends import LoadedModel, load_backend  # noqa: E402
 from gpu_worker.canvas import parse_canvas  # noqa: E402
 from gpu_worker.config import DEFAULT_PRESET, PRESETS, SamplerConfig  # noqa: E402
 from gpu_worker.corpus import Split  # noqa: E402
+from gpu_worker.evaluate import exact as exact_hole  # noqa: E402
 from gpu_worker.infill import infill_request, model_vocab_size  # noqa: E402
 from gpu_worker.sampler import denoise_batch, model_int  # noqa: E402
 
@@ -172,7 +173,8 @@ def document_cases(
 
 
 def exact(holes: dict[str, str], targets: dict[str, str]) -> float:
-    return statistics.mean(float(holes.get(k, "").strip() == v.strip()) for k, v in targets.items())
+    """The share of the targets' holes filled exactly (evaluate's exact match)."""
+    return statistics.mean(float(exact_hole(holes.get(k, ""), v)) for k, v in targets.items())
 
 
 Route = Callable[[dict[str, Any]], Any]

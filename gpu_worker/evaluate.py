@@ -355,7 +355,7 @@ def run_route(
         elapsed = time.perf_counter() - started
         target = case.holes[0]
         pred = outcome.holes.get("target", "")
-        score.exact.append(float(_exact(pred, target.target)))
+        score.exact.append(float(exact(pred, target.target)))
         score.strict.append(float(pred == target.target))
         score.token_acc.append(token_accuracy(pred, target.target, enc))
         score.valid.append(float(is_valid(target, pred)))
@@ -617,7 +617,7 @@ class HoleCounts:
 
     def add(self, case: Case, denoiser: dict[str, str], ar: dict[str, str]) -> None:
         for hole in case.holes:
-            d, a = (_exact(fills.get(hole.name, ""), hole.target) for fills in (denoiser, ar))
+            d, a = (exact(fills.get(hole.name, ""), hole.target) for fills in (denoiser, ar))
             self.holes += 1
             self.holes_d += d
             self.holes_ar += a
@@ -673,10 +673,10 @@ def _sample_lines(
 
 def _exact_holes(case: Case, holes: dict[str, str]) -> int:
     """How many of the case's holes ``holes`` fills exactly as the original (spaces aside)."""
-    return sum(_exact(holes.get(h.name, ""), h.target) for h in case.holes)
+    return sum(exact(holes.get(h.name, ""), h.target) for h in case.holes)
 
 
-def _exact(text: str, target: str) -> bool:
+def exact(text: str, target: str) -> bool:
     """A hole's text equals the original's, spaces at the ends aside."""
     return text.strip() == target.strip()
 
@@ -735,7 +735,7 @@ def update_model_cards(results: dict[str, Any], dirs: dict[str, Path]) -> None:
     write_sha256sums(next(iter(dirs.values())).parent)
 
 
-__all__ = ["HOLE_KINDS", "Case", "build_cases", "evaluate", "main"]
+__all__ = ["HOLE_KINDS", "Case", "build_cases", "evaluate", "exact", "main"]
 
 if __name__ == "__main__":
     main()

@@ -114,8 +114,7 @@ class _Row:
     block_steps: int = 0
     steps: int = 0
     forward_passes: int = 0
-    needs_refresh: bool = True  # a block started since the row's cache was last refreshed
-    refreshed_block: int | None = None  # the block of the last refresh (None: never)
+    refreshed_block: int | None = None  # the block of the row's last cache refresh (None: never)
     done: bool = False
     cancelled: bool = False
     trace: list[StepInfo] = field(default_factory=list)
@@ -377,7 +376,6 @@ def _forward(
             for i, b in enumerate(chosen):
                 rows[b].cached_ids = rows[b].x.clone()
                 if b in refresh:
-                    rows[b].needs_refresh = False
                     rows[b].refreshed_block = rows[b].block
                     out[b] = (logits[i], wheres[i])
         stepping = [b for b in active if b not in out]
@@ -394,7 +392,7 @@ def _refreshes(row: _Row, config: SamplerConfig) -> bool:
     if row.refreshed_block is None:
         return True
     every = config.cache_refresh if config.cache == "delayed" else 1
-    return row.needs_refresh and every > 0 and row.block - row.refreshed_block >= every
+    return every > 0 and row.block - row.refreshed_block >= every
 
 
 def _masked_in_block(row: _Row) -> torch.Tensor:
@@ -1114,7 +1112,6 @@ def _skip_finished_blocks(row: _Row) -> None:
             return
         row.block += 1
         row.block_steps = 0
-        row.needs_refresh = True
     row.done = True
 
 
