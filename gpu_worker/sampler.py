@@ -88,6 +88,9 @@ class _Decision:
     tokens: torch.Tensor  # [n] long proposed tokens
     prob: torch.Tensor  # [n] float model probability of the proposed token
     score: torch.Tensor  # [n] float the commit rule's score (higher = surer)
+    position_list: list[int]  # positions, tokens and prob as lists (read one by one)
+    token_list: list[int]
+    prob_list: list[float]
     held: dict[int, float] = field(default_factory=dict)  # deferred EOS / pad -> its score
 
 
@@ -104,11 +107,15 @@ class _Row:
     confidence: torch.Tensor  # [L] float probability at commit time (nan = never)
     remasks: torch.Tensor  # [L] long times each position was re-masked
     vocab: torch.Tensor  # [S, V] bool: the distinct static token sets (see _vocab_table)
-    banned: torch.Tensor  # [S, V] bool: ~vocab, kept so a step need not negate it
+    bias: torch.Tensor  # [S, V] float: 0 where ``vocab`` allows a token, -inf elsewhere
     vocab_ok: bool  # every static set allows a token (then a step need not check it)
     vocab_of: torch.Tensor  # [L] long: each position's set in ``vocab``
     cached_ids: torch.Tensor  # [L] long: the ids the row's cache rows were computed on
     words: frozenset[int] | None  # word tokens (the repeat rules), None = neither rule
+    locked: torch.Tensor  # [L] long: the canvas ids, on the row's device (the protect mask's)
+    protect: torch.Tensor  # [L] bool: the canvas protect mask, on the row's device
+    choices: list[int]  # indices of the canvas's choices holes
+    free_blocks: list[bool]  # per block: every position lies in a free hole (see _eligible)
     pattern_state: dict[int, int] = field(default_factory=dict)  # hole -> automaton state
     block: int = 0
     block_steps: int = 0
@@ -259,23 +266,30 @@ def _new_row(
 ) -> _Row:
     vocab, vocab_of = _vocab_table(canvas, config)
     hole_at = canvas.hole_index().tolist()
+    free_at = [h >= 0 and canvas.holes[h].constraint is None for h in hole_at]
+    blocks = plan_blocks(canvas, config)
     row = _Row(
         canvas=canvas,
         generator=generator,
         x=x,
         hole_at=hole_at,
-        free_at=[h >= 0 and canvas.holes[h].constraint is None for h in hole_at],
-        blocks=[b.to(x.device) for b in plan_blocks(canvas, config)],
+        free_at=free_at,
+        blocks=[b.to(x.device) for b in blocks],
         confidence=torch.full((canvas.length,), math.nan, device=x.device),
         remasks=torch.zeros(canvas.length, dtype=torch.long, device=x.device),
         vocab=vocab.to(x.device),
-        banned=(~vocab).to(x.device),
+        bias=torch.zeros(vocab.shape).masked_fill(~vocab, -math.inf).to(x.device),
         vocab_ok=bool(vocab.any(dim=-1).all()),
         vocab_of=vocab_of.to(x.device),
         cached_ids=x.clone(),
         words=(_word_tokens(canvas)
                if config.ban_adjacent_repeats or config.hold_shifted_repeats else None),
-    )
+        locked=canvas.ids.to(x.device),
+        protect=canvas.protect.to(x.device),
+        choices=[i for i, hole in enumerate(canvas.holes)
+                 if isinstance(hole.constraint, ChoiceConstraint)],
+        free_blocks=[all(free_at[p] for p in block.tolist()) for block in blocks],
+    )  # fmt: skip
     for i, hole in enumerate(canvas.holes):
         if isinstance(hole.constraint, PatternConstraint):
             row.pattern_state[i] = hole.constraint.start
@@ -489,8 +503,9 @@ def _window_forward(
         windows = []
         for b, read in zip(stepping, reads, strict=True):
             row = rows[b]
-            stale = (row.x != row.cached_ids).nonzero().squeeze(-1)
-            windows.append(torch.cat([read, stale]).unique())  # sorted
+            inside = row.x != row.cached_ids  # [L] stale positions ...
+            inside[read] = True  # ... and the ones the step reads
+            windows.append(inside.nonzero().squeeze(-1))  # ascending
     else:
         windows = [rows[b].blocks[rows[b].block] for b in stepping]  # ascending each
     # filler positions lie outside a row's window and keep their cached keys and values
@@ -571,9 +586,7 @@ def _row_step(
     else:
         committed, padded, probs = _commit_step(row, logits, where, config)
         remasked = _remask(row, config, committed) if config.remask != "none" else []
-    locked = row.canvas.ids.to(row.x.device)
-    protect = row.canvas.protect.to(row.x.device)
-    row.x.copy_(torch.where(protect, locked, row.x))  # the protect mask, enforced every step
+    row.x.copy_(torch.where(row.protect, row.locked, row.x))  # the protect mask, every step
     row.steps += 1
     row.forward_passes += 1
     row.block_steps += 1
@@ -612,7 +625,7 @@ def _commit_step(
         positions, prob = _commit_choice(row, hole_index, logits, where, config)
         committed.extend(positions)
         probs.append(prob)
-    eligible = _eligible(row, block)
+    eligible = _eligible(row, block, all_free=row.free_blocks[row.block])
     scores = _allowed_scores(row, eligible, logits, where)  # [n, V]
     if config.stop_on_eos and config.tail_threshold < 1.0 and eligible.numel():
         tails = _pad_tails(row, eligible, scores, config)
@@ -623,19 +636,17 @@ def _commit_step(
     decision = _propose(row, eligible, scores, config)
     if decision is None:
         return committed, padded, probs
-    chosen = _select(row, decision, _quota(row, block, config), config)  # [k] indices
+    quota = _quota(row, block, config) if config.commit_rule == "even" else 0
+    chosen = _select(row, decision, quota, config)  # indices into the decision
     if decision.held and config.commit_rule != "even":
         chosen = _release_ends(row, decision, chosen, config)
-    for i in sorted(chosen.tolist()):  # left to right, so an EOS pads what follows it
-        position, token = int(decision.positions[i]), int(decision.tokens[i])
-        if int(row.x[position]) != row.canvas.mask_id:
-            continue  # padded by an EOS committed earlier in this step
-        if (config.ban_adjacent_repeats and position - 1 in committed
-                and _repeats_left(row, position, token)):  # fmt: skip
-            continue  # its left neighbour took the same word in this step
-        padded.extend(_commit_token(row, position, token, float(decision.prob[i]), config))
-        committed.append(position)
-    probs.extend(decision.prob.tolist())
+    picks = [(decision.position_list[i], decision.token_list[i], decision.prob_list[i])
+             for i in sorted(chosen)]  # fmt: skip
+    written, ended = _write(row, picks, config, no_repeats=config.ban_adjacent_repeats,
+                            before=committed)  # fmt: skip
+    committed.extend(written)
+    padded.extend(ended)
+    probs.extend(decision.prob_list)
     return committed, padded, probs
 
 
@@ -674,15 +685,19 @@ def _pad_tails(
     return padded
 
 
-def _eligible(row: _Row, block: torch.Tensor) -> torch.Tensor:
-    """[n] masked positions of the block that may be committed now.
+def _eligible(row: _Row, block: torch.Tensor, all_free: bool = False) -> torch.Tensor:
+    """[n] masked positions of the block that may be committed now; ``all_free`` says every
+    position of ``block`` lies in a free hole (then each masked one is).
 
     A pattern hole is decoded in order, so only its leftmost masked position is eligible; a
     choices hole is committed whole elsewhere.
     """
     masked = block[row.x[block] == row.canvas.mask_id]
+    if all_free:
+        return masked
     keep: list[int] = []
     seen_pattern: set[int] = set()
+    x = row.x.tolist()
     for position in masked.tolist():
         if row.free_at[position]:
             keep.append(position)
@@ -693,31 +708,17 @@ def _eligible(row: _Row, block: torch.Tensor) -> torch.Tensor:
             continue
         if isinstance(constraint, PatternConstraint):
             hole = row.canvas.holes[hole_index]
-            if hole_index in seen_pattern or _first_masked(row, hole) != position:
+            if hole_index in seen_pattern or _first_masked(row, hole, x) != position:
                 continue
             seen_pattern.add(hole_index)
         keep.append(position)
     return torch.tensor(keep, dtype=torch.long, device=block.device)
 
 
-def _first_masked(row: _Row, hole: Hole) -> int:
-    """The first masked position of ``hole`` on the canvas, -1 if none is left."""
-    span = row.x[hole.start : hole.end].tolist()
-    return next((hole.start + i for i, t in enumerate(span) if t == row.canvas.mask_id), -1)
-
-
-def _allowed(row: _Row, positions: torch.Tensor) -> torch.Tensor:
-    """[n, V] bool: tokens each position may take (see :func:`_vocab_table`); a pattern
-    hole's row comes from its automaton's state."""
-    allowed = row.vocab[row.vocab_of[positions]]  # [n, V], a copy
-    for i, position in enumerate(positions.tolist()):
-        hole_index = row.hole_at[position]
-        constraint = row.canvas.holes[hole_index].constraint
-        if isinstance(constraint, PatternConstraint):
-            state = row.pattern_state[hole_index]
-            remaining = row.canvas.holes[hole_index].end - position
-            allowed[i] = constraint.allowed(state, remaining).to(allowed.device)
-    return allowed
+def _first_masked(row: _Row, hole: Hole, x: list[int]) -> int:
+    """The first masked position of ``hole`` in ``x`` (the canvas as a list), -1 if none."""
+    mask_id = row.canvas.mask_id
+    return next((p for p in range(hole.start, hole.end) if x[p] == mask_id), -1)
 
 
 def _vocab_table(canvas: Canvas, config: SamplerConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -752,15 +753,17 @@ def _defer_early_ends(
     ``held``), so where a hole ends is decided after what it says; the hole's earliest masked
     position is never deferred. See :func:`_release_ends` for the threshold rules."""
     ends = row.canvas.terminators()
+    if not any(token in ends for token in tokens):
+        return
     first: dict[int, int] = {}  # hole -> its first masked position, looked up once
-    scores = decision.score.tolist()
+    scores, x = decision.score.tolist(), row.x.tolist()
     for i, (position, token) in enumerate(zip(positions, tokens, strict=True)):
         if token not in ends:
             continue
         hole_index = row.hole_at[position]
         hole = row.canvas.holes[hole_index]
         if hole_index not in first:
-            first[hole_index] = _first_masked(row, hole)
+            first[hole_index] = _first_masked(row, hole, x)
         if hole.constraint is None and 0 <= first[hole_index] < position:
             decision.held[i] = scores[i]
     if decision.held:
@@ -771,21 +774,50 @@ def _defer_early_ends(
 def _allowed_scores(
     row: _Row, positions: torch.Tensor, logits: torch.Tensor, where: torch.Tensor
 ) -> torch.Tensor:
-    """[n, V] the logits of ``positions`` with every token they may not take at -inf."""
-    scores = logits[where[positions]]  # [n, V]
+    """[n, V] the logits of ``positions`` with every token they may not take at -inf: each
+    position's static set (see :func:`_vocab_table`); a pattern hole's position takes its
+    automaton state's set instead."""
+    reads = where[positions]
+    scores = logits.index_select(0, reads)  # [n, V], a copy
     if positions.numel() == 0:
         return scores
-    if row.vocab_ok and not row.pattern_state:  # static sets only, none of them empty
-        banned = row.banned[row.vocab_of[positions]]
-    else:
-        allowed = _allowed(row, positions)
-        if not bool(allowed.any(dim=-1).all()):
+    sets = row.vocab_of[positions]
+    if scores.shape[-1] == row.bias.shape[-1]:
+        # adding 0 / -inf is masking for logits that are finite or -inf, in one cheap pass
+        scores.add_(row.bias.index_select(0, sets))
+    else:  # a model vocabulary wider than the canvas's: the extra tokens are never allowed
+        scores.masked_fill_(_widened(~row.vocab[sets], scores.shape[-1]), -math.inf)
+    patterned: list[int] = []  # rows of pattern-hole positions
+    for i, position in enumerate(positions.tolist()):
+        hole_index = row.hole_at[position]
+        if hole_index in row.pattern_state:
+            patterned.append(i)
+            allowed = _pattern_allowed(row, hole_index, position)
+            if not bool(allowed.any()):
+                raise RuntimeError(f"no allowed token at position {position}")
+            banned = _widened(~allowed[None, :], scores.shape[-1])[0]
+            scores[i] = logits[int(reads[i])].masked_fill(banned, -math.inf)
+    if not row.vocab_ok:  # some static set is empty: is it one of these positions'?
+        nonempty = row.vocab[sets].any(dim=-1)
+        nonempty[patterned] = True
+        if not bool(nonempty.all()):
             raise RuntimeError(f"no allowed token at some of positions {positions.tolist()}")
-        banned = ~allowed
-    if scores.shape[-1] > banned.shape[-1]:  # a model vocabulary wider than the canvas's
-        wider = banned.new_ones((banned.shape[0], scores.shape[-1] - banned.shape[-1]))
-        banned = torch.cat([banned, wider], dim=-1)
-    return scores.masked_fill(banned, -math.inf)
+    return scores
+
+
+def _widened(banned: torch.Tensor, width: int) -> torch.Tensor:
+    """[n, width] bool: ``banned`` [n, V] with the tokens past V banned too."""
+    if width == banned.shape[-1]:
+        return banned
+    return torch.cat([banned, banned.new_ones((banned.shape[0], width - banned.shape[-1]))], -1)
+
+
+def _pattern_allowed(row: _Row, hole_index: int, position: int) -> torch.Tensor:
+    """[V] bool: the tokens a pattern hole's automaton allows at ``position`` now."""
+    hole = row.canvas.holes[hole_index]
+    assert isinstance(hole.constraint, PatternConstraint)
+    state = row.pattern_state[hole_index]
+    return hole.constraint.allowed(state, hole.end - position).to(row.vocab.device)
 
 
 def _ban_repeats(row: _Row, positions: torch.Tensor, scores: torch.Tensor) -> None:
@@ -815,13 +847,17 @@ def _ban_repeats(row: _Row, positions: torch.Tensor, scores: torch.Tensor) -> No
         scores[rows, tokens] = -math.inf
 
 
-def _repeats_left(row: _Row, position: int, token: int) -> bool:
-    """Whether ``token``, in a free hole, is a word token equal to the one right before
-    ``position``."""
-    return (
-        row.words is not None and token in row.words and row.free_at[position]
-        and position > 0 and int(row.x[position - 1]) == token
-    )  # fmt: skip
+def _repeats_left(
+    row: _Row, position: int, token: int, written: dict[int, int], before: Sequence[int]
+) -> bool:
+    """Whether ``token``, in a free hole, is a word token equal to the one committed right
+    before ``position`` in this step: in ``written`` (not yet on the canvas) or ``before``."""
+    if row.words is None or token not in row.words or not row.free_at[position]:
+        return False
+    left = position - 1
+    if left in written:
+        return written[left] == token
+    return left >= 0 and left in before and int(row.x[left]) == token
 
 
 def _propose(
@@ -843,13 +879,13 @@ def _propose(
         score = -torch.special.entr(probs).sum(-1)  # minus the entropy in nats
     else:
         score = prob
-    decision = _Decision(positions, tokens, prob, score.clone())
-    if config.stop_on_eos or config.hold_shifted_repeats:
-        at, proposed = positions.tolist(), tokens.tolist()  # read once for both rules
-        if config.stop_on_eos:
-            _defer_early_ends(row, decision, at, proposed)
-        if config.hold_shifted_repeats:
-            _hold_shifted_repeats(row, decision, at, proposed)
+    decision = _Decision(
+        positions, tokens, prob, score.clone(), positions.tolist(), tokens.tolist(), prob.tolist()
+    )
+    if config.stop_on_eos:
+        _defer_early_ends(row, decision, decision.position_list, decision.token_list)
+    if config.hold_shifted_repeats:
+        _hold_shifted_repeats(row, decision, decision.position_list, decision.token_list)
     return decision
 
 
@@ -900,36 +936,35 @@ def _quota(row: _Row, block: torch.Tensor, config: SamplerConfig) -> int:
     return masked if steps_left <= 0 else max(1, -(-masked // steps_left))
 
 
-def _select(row: _Row, decision: _Decision, quota: int, config: SamplerConfig) -> torch.Tensor:
-    """[k] indices into the decision of the positions to commit (never empty)."""
+def _select(row: _Row, decision: _Decision, quota: int, config: SamplerConfig) -> list[int]:
+    """Indices into the decision of the positions to commit (never none); ``quota`` is the
+    even rule's count (see :func:`_quota`), unread by the other rules."""
     score = decision.score
     if config.commit_rule == "even":
         k = max(1, min(quota, int(torch.isfinite(score).sum())))
-        return torch.topk(score, k).indices
-    passing = _passes(score, config)
-    if not bool(passing.any()):
-        return score.argmax().reshape(1)
-    chosen = passing.nonzero().squeeze(-1)
+        return torch.topk(score, k).indices.tolist()
+    chosen = _passes(score, config).nonzero().squeeze(-1).tolist()
+    if not chosen:
+        return [int(score.argmax())]
     if config.neighbour_threshold > 0:
         chosen = _apart(row, decision, chosen, config.neighbour_threshold)
     return chosen
 
 
-def _apart(row: _Row, decision: _Decision, chosen: torch.Tensor, bar: float) -> torch.Tensor:
-    """``chosen`` without each position whose left neighbour in its hole is committed in the
-    same step and whose probability is below ``bar``, walking left to right (a dropped
-    position frees its right neighbour). The leftmost chosen position always stays."""
-    positions = decision.positions[chosen].tolist()
-    prob = decision.prob[chosen].tolist()
+def _apart(row: _Row, decision: _Decision, chosen: list[int], bar: float) -> list[int]:
+    """``chosen`` (ascending) without each position whose left neighbour in its hole is
+    committed in the same step and whose probability is below ``bar``, walking left to right
+    (a dropped position frees its right neighbour). The leftmost chosen position stays."""
+    positions, prob = decision.position_list, decision.prob_list
     keep: list[int] = []
     kept: set[int] = set()
-    for j in sorted(range(len(positions)), key=positions.__getitem__):
-        p = positions[j]
-        if p - 1 in kept and row.hole_at[p - 1] == row.hole_at[p] and prob[j] < bar:
+    for i in sorted(chosen, key=positions.__getitem__):
+        p = positions[i]
+        if p - 1 in kept and row.hole_at[p - 1] == row.hole_at[p] and prob[i] < bar:
             continue
-        keep.append(int(chosen[j]))
+        keep.append(i)
         kept.add(p)
-    return torch.tensor(sorted(keep), dtype=torch.long, device=chosen.device)
+    return sorted(keep)
 
 
 def _passes(score: torch.Tensor | float, config: SamplerConfig) -> Any:
@@ -941,15 +976,15 @@ def _passes(score: torch.Tensor | float, config: SamplerConfig) -> Any:
 
 
 def _release_ends(
-    row: _Row, decision: _Decision, chosen: torch.Tensor, config: SamplerConfig
-) -> torch.Tensor:
+    row: _Row, decision: _Decision, chosen: list[int], config: SamplerConfig
+) -> list[int]:
     """``chosen`` plus each held-back EOS / pad that passes the rule on its own score, has
     at least ``neighbour_threshold`` probability (it was judged with those positions
     masked), and whose hole has every earlier masked position committed in this same step: a
     hole the model is sure of ends in the pass that writes it, not one pass later."""
-    positions, probs = decision.positions.tolist(), decision.prob.tolist()
+    positions, probs = decision.position_list, decision.prob_list
     x, mask_id = row.x.tolist(), row.canvas.mask_id
-    picked = set(chosen.tolist())
+    picked = set(chosen)
     committing = {positions[i] for i in picked}
     for i in sorted(decision.held, key=lambda j: positions[j]):
         position = positions[i]
@@ -960,31 +995,54 @@ def _release_ends(
         if all(p in committing for p in earlier):
             picked.add(i)
             committing.add(position)
-    return torch.tensor(sorted(picked), dtype=torch.long)
+    return sorted(picked)
 
 
-def _commit_token(
-    row: _Row, position: int, token: int, prob: float, config: SamplerConfig
-) -> list[int]:
-    """Write one token; returns the positions padded because it ended its hole."""
-    row.x[position] = token
-    row.confidence[position] = prob
-    hole_index = row.hole_at[position]
-    hole = row.canvas.holes[hole_index]
-    constraint = hole.constraint
-    if isinstance(constraint, PatternConstraint):
-        state = constraint.advance(row.pattern_state[hole_index], token)
-        if token not in row.canvas.terminators() and state == CharAutomaton.DEAD:
-            raise RuntimeError(f"pattern hole {hole.name!r} took a disallowed token {token}")
-        row.pattern_state[hole_index] = state
-    ends_hole = token in row.canvas.terminators()
-    if ends_hole and (config.stop_on_eos or constraint is not None):
-        return _pad_after(row, hole, position)
-    return []
+def _write(
+    row: _Row,
+    picks: Sequence[tuple[int, int, float]],
+    config: SamplerConfig,
+    *,
+    no_repeats: bool,
+    before: Sequence[int] = (),
+) -> tuple[list[int], list[int]]:
+    """Commit ``picks`` (position, token, probability; masked positions, ascending) left to
+    right, so an EOS / pad pads the rest of its hole (see :func:`_pad_after`) and a later
+    pick it padded is skipped; with ``no_repeats`` (``ban_adjacent_repeats``) so is a pick
+    whose left neighbour took the same word in this step (an earlier pick, or one of
+    ``before``, this step's earlier commits). The tokens are written to the canvas in one
+    go at the end. Returns (committed, padded) positions."""
+    ends = row.canvas.terminators()
+    written: dict[int, int] = {}  # position -> token, in commit order
+    confidence: list[float] = []
+    padded: list[int] = []
+    for position, token, prob in picks:
+        if position in padded:
+            continue  # padded by an EOS committed before it
+        if no_repeats and _repeats_left(row, position, token, written, before):
+            continue
+        written[position] = token
+        confidence.append(prob)
+        hole_index = row.hole_at[position]
+        hole = row.canvas.holes[hole_index]
+        constraint = hole.constraint
+        if isinstance(constraint, PatternConstraint):
+            state = constraint.advance(row.pattern_state[hole_index], token)
+            if token not in ends and state == CharAutomaton.DEAD:
+                raise RuntimeError(f"pattern hole {hole.name!r} took a disallowed token {token}")
+            row.pattern_state[hole_index] = state
+        if token in ends and (config.stop_on_eos or constraint is not None):
+            padded.extend(_pad_after(row, hole, position))
+    if written:  # one write for the step's commits (the pads are written by _pad_after)
+        at = torch.tensor(list(written), dtype=torch.long, device=row.x.device)
+        row.x[at] = torch.tensor(list(written.values()), dtype=torch.long, device=row.x.device)
+        row.confidence[at] = torch.tensor(confidence, device=row.x.device)
+    return list(written), padded
 
 
 def _pad_after(row: _Row, hole: Hole, position: int) -> list[int]:
-    """Set the masked positions of ``hole`` after ``position`` to pad."""
+    """Set the masked positions of ``hole`` after ``position`` to pad (positions left of it
+    may still await their write: see :func:`_write`)."""
     span = torch.arange(position + 1, hole.end, device=row.x.device)
     span = span[row.x[span] == row.canvas.mask_id]
     row.x[span] = row.canvas.pad_id
@@ -993,9 +1051,7 @@ def _pad_after(row: _Row, hole: Hole, position: int) -> list[int]:
 
 def _unscored_choices(row: _Row, block: torch.Tensor) -> list[int]:
     """Choices holes starting in this block that are still masked."""
-    choices = [
-        i for i, hole in enumerate(row.canvas.holes) if isinstance(hole.constraint, ChoiceConstraint)
-    ]
+    choices = row.choices
     if not choices:
         return []
     positions = set(block.tolist())
@@ -1092,14 +1148,11 @@ def _flush(
             scores = _allowed_scores(row, eligible, logits, where)
             decision = _propose(row, eligible, scores, config)
             assert decision is not None
-            for i in range(decision.positions.numel()):
-                position = int(decision.positions[i])
-                if int(row.x[position]) != row.canvas.mask_id:
-                    continue  # padded by an earlier EOS in this loop
-                token = int(decision.tokens[i])
-                padded.extend(_commit_token(row, position, token, float(decision.prob[i]), config))
-                committed.append(position)
-            probs.extend(decision.prob.tolist())
+            picks = zip(decision.position_list, decision.token_list, decision.prob_list, strict=True)
+            written, ended = _write(row, list(picks), config, no_repeats=False)
+            committed.extend(written)
+            padded.extend(ended)
+            probs.extend(decision.prob_list)
     return committed, padded, probs
 
 

@@ -385,6 +385,39 @@ class ForcedTokens(torch.nn.Module):
         return logits
 
 
+class WiderVocab(torch.nn.Module):
+    """Wraps a model so that its vocabulary has ``extra`` more tokens than the canvas's
+    tokenizer (as a checkpoint with a padded embedding does), each the surest everywhere."""
+
+    def __init__(self, inner: StencilTransformer, extra: int) -> None:
+        super().__init__()
+        self.inner, self.extra = inner, extra
+        self.mask_id, self.pad_id, self.eos_id, self.max_len = (
+            inner.mask_id, inner.pad_id, inner.eos_id, inner.max_len)  # fmt: skip
+
+    def forward(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        logits = self.inner(ids, attention_mask)
+        return torch.cat([logits, logits.new_full((*logits.shape[:-1], self.extra), 1e4)], -1)
+
+
+@pytest.mark.parametrize("rule", ["threshold", "even"])
+def test_a_model_vocabulary_wider_than_the_canvas_never_writes_its_extra_tokens(
+    tokenizer: StencilTokenizer, model: StencilTransformer, rule: CommitRule
+) -> None:
+    canvas = canvas_of(tokenizer, [
+        {"text": "Dear"}, {"hole": "a", "max_tokens": 4}, {"text": " ref "},
+        {"hole": "b", "max_tokens": 7, "constraint": {"pattern": "[A-Z]{2}-\\d{2}"}},
+        {"text": " in "}, {"hole": "c", "constraint": {"choices": CHOICES[1]}}, {"text": "."},
+    ])  # fmt: skip
+    config = SamplerConfig(commit_rule=rule, block_length=8, steps_per_block=8)
+    result = denoise(WiderVocab(model, 8), canvas, config, torch.Generator())
+    assert int(result.ids.max()) < tokenizer.vocab_size  # the extra tokens were never written
+    assert not bool((result.ids == canvas.mask_id).any())
+    assert validate(canvas, result.ids, tokenizer) == []
+
+
 def test_eos_in_a_hole_ends_it_and_the_tail_is_stripped(
     tokenizer: StencilTokenizer, model: StencilTransformer
 ) -> None:
