@@ -42,13 +42,16 @@ from gpu_worker.sampler import denoise_batch, model_int  # noqa: E402
 
 KINDS = ("entity_right", "sentence", "number_date", "choice", "json_value")
 TAUS = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
+BUDGET = (0.1, 2.0)  # threshold τ and error_budget of the budgeted config (chosen on val)
+BUDGETED = f"threshold-{BUDGET[0]}/budget-{BUDGET[1]:g}"
 CACHES: dict[str, dict[str, Any]] = {  # name suffix -> the SamplerConfig fields it sets
     "+cache": {"cache": "dual"},
     "+delayed": {"cache": "delayed"},
     "+delayed/once": {"cache": "delayed", "cache_refresh": 0},  # a full forward only at first
 }
 DOC_CONFIGS = tuple(  # whole documents
-    f"threshold-{tau}{suffix}" for tau in (0.9, 0.3, 0.1) for suffix in ("", *CACHES)
+    f"{name}{suffix}" for name in ("threshold-0.9", "threshold-0.3", "threshold-0.1", BUDGETED)
+    for suffix in ("", *CACHES)
 )
 BLOCK = 32
 RULES: dict[str, Any] = {  # the presets' rules: end of hole (now off), neighbours, repeats
@@ -76,6 +79,7 @@ def sampler_grid() -> dict[str, SamplerConfig]:
         exact[f"threshold-{tau}"] = SamplerConfig(
             commit_rule="threshold", threshold=tau, block_length=BLOCK, **RULES
         )
+    exact[BUDGETED] = exact["threshold-0.1"].replace(threshold=BUDGET[0], error_budget=BUDGET[1])
     grid = {}
     for name, config in exact.items():
         grid[name] = config

@@ -11,6 +11,7 @@ other work.
     python bench/threshold_study.py --cases 48     # 48 per hole kind, 240 cases
     python bench/threshold_study.py --split val --taus 0.1,0.15,0.2,0.25,0.3   # choose τ on val
     python bench/threshold_study.py --neighbour-bars 0.0   # also with neighbour_threshold off
+    python bench/threshold_study.py --error-budgets 0.5,1   # also under an error budget
 
 Writes bench/sampler/threshold_study.json and THRESHOLD_STUDY.md (``_val`` / ``_VAL`` for val).
 """
@@ -35,15 +36,21 @@ from gpu_worker.infill import infill_request  # noqa: E402
 BASE = "even-1/step"
 
 
-def configs(taus: tuple[float, ...], bars: tuple[float, ...] = ()) -> dict[str, SamplerConfig]:
+def configs(
+    taus: tuple[float, ...], bars: tuple[float, ...] = (), budgets: tuple[float, ...] = ()
+) -> dict[str, SamplerConfig]:
     """even-1/step and one threshold config per τ, as the sampler bench's grid builds them;
-    then the threshold configs again with each ``neighbour_threshold`` in ``bars``."""
+    then the threshold configs again with each ``neighbour_threshold`` in ``bars``, and with
+    each ``error_budget`` in ``budgets``."""
     grid = sampler_grid()
     threshold = grid[f"threshold-{TAUS[0]}"]
     out = {BASE: grid[BASE], **{f"threshold-{tau}": threshold.replace(threshold=tau) for tau in taus}}
     for bar in bars:
         out |= {f"threshold-{tau} (neighbour bar {bar})": threshold.replace(
             threshold=tau, neighbour_threshold=bar) for tau in taus}  # fmt: skip
+    for budget in budgets:
+        out |= {f"threshold-{tau} (error budget {budget})": threshold.replace(
+            threshold=tau, error_budget=budget) for tau in taus}  # fmt: skip
     return out
 
 
@@ -58,13 +65,13 @@ def sign_test(only_a: int, only_b: int) -> float:
 
 def study(
     model: Path, per_kind: int, kinds: tuple[str, ...], *, taus: tuple[float, ...] = TAUS,
-    split: Split = "test", bars: tuple[float, ...] = (),
+    split: Split = "test", bars: tuple[float, ...] = (), budgets: tuple[float, ...] = (),
 ) -> dict[str, Any]:  # fmt: skip
     loaded = load_backend(model)
     by_kind = {kind: eval_cases(loaded, per_kind, (kind,), split) for kind in kinds}
     cases = [case for kind in kinds for case in by_kind[kind]]
     kind_of = [kind for kind in kinds for _ in by_kind[kind]]
-    grid = configs(taus, bars)
+    grid = configs(taus, bars, budgets)
     hits: dict[str, list[float]] = {}
     out: dict[str, Any] = {"model": loaded.name, "weights_sha256": loaded.weights_sha256,
                            "cases": len(cases), "split": split, "configs": {}}  # fmt: skip
@@ -94,7 +101,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines = ["# Threshold study: tokens per forward against even-1/step's exact match", "",
              f"Model `{results['model']}`, {results['cases']} {results['split']} cases, no cache, "
              "batch 1, the presets' end-of-hole, neighbour and repeat rules (RULES in "
-             "sampler_bench; a row named '(neighbour bar B)' sets neighbour_threshold to B). Command: "
+             "sampler_bench; a row named '(neighbour bar B)' sets neighbour_threshold to B, one "
+             "named '(error budget E)' error_budget to E). Command: "
              f"`{results.get('command', 'python bench/threshold_study.py')}`.", "",
              "| config | EM | EM − even (points) | tok/fwd | fwd passes | only even right | "
              "only this right | sign test p |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -130,11 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--neighbour-bars", default="",
                         help="comma-separated neighbour_threshold values to compare with "
                              "the presets' (their configs are named '(neighbour bar B)')")  # fmt: skip
+    parser.add_argument("--error-budgets", default="",
+                        help="comma-separated error_budget values (configs named "
+                             "'(error budget E)')")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("bench/sampler"))
     args = parser.parse_args(argv)
     results = study(args.model, args.cases, tuple(args.kinds.split(",")),
                     taus=tuple(float(t) for t in args.taus.split(",")), split=args.split,
-                    bars=tuple(float(b) for b in args.neighbour_bars.split(",") if b))  # fmt: skip
+                    bars=tuple(float(b) for b in args.neighbour_bars.split(",") if b),
+                    budgets=tuple(float(b) for b in args.error_budgets.split(",") if b))  # fmt: skip
     results["command"] = " ".join(["python bench/threshold_study.py", *(sys.argv[1:] if argv is None else argv)])
     suffix = "" if args.split == "test" else f"_{args.split}"
     args.out.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ BlockScope = Literal["canvas", "hole"]
 # Fields added after configs were first stored; each one's dataclass default decodes as
 # before it existed, and the canonical JSON leaves the field out at that value.
 ADDED_LATER = ("tail_threshold", "ban_adjacent_repeats", "neighbour_threshold",
-               "hold_shifted_repeats", "cache_refresh")  # fmt: skip
+               "hold_shifted_repeats", "cache_refresh", "error_budget")  # fmt: skip
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "commit_rule": get_args(CommitRule),
@@ -125,6 +125,16 @@ class SamplerConfig:
     # right-context entities from 0.95 to 0.97 (40 holes) and left every other hole kind's
     # as it was. False: off, the behaviour before the field existed; the presets turn it on.
     hold_shifted_repeats: bool = False
+    # Threshold rules: of the positions that pass the rule, a step commits the likeliest
+    # first while the sum of their error probabilities (1 - p, p the proposed token's
+    # probability) stays within this budget; always at least one. The bound is on the
+    # marginals: each token was judged with the others masked, so tokens written together
+    # need not fit one another ("On was today Mr. Pierce" from two sentence openings, each
+    # likely alone). Near-certain tokens (an entity copied from the context, a fixed phrase)
+    # still commit many per pass; unsure ones one or two at a time. After Fast-dLLM's factor
+    # rule and the EB-sampler's entropy bound. 0.0 is off (no cap), the behaviour before the
+    # field existed.
+    error_budget: float = 0.0
     # Arithmetic of the forward pass: fp32, or bf16 under torch.autocast.
     precision: Precision = "fp32"
     # "dual": a KV cache of every position, refreshed once per block; the steps inside a
@@ -239,6 +249,7 @@ def _validate(cfg: SamplerConfig) -> None:
     _check_range("remask_below", cfg.remask_below, 0.0, 1.0)
     _check_range("tail_threshold", cfg.tail_threshold, 0.0, 1.0)
     _check_range("neighbour_threshold", cfg.neighbour_threshold, 0.0, 1.0)
+    _check_range("error_budget", cfg.error_budget, 0.0, math.inf)
     _check_range("temperature", cfg.temperature, 0.0, math.inf)
     _check_range("entropy_threshold", cfg.entropy_threshold, 0.0, math.inf)
 

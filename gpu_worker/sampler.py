@@ -11,7 +11,8 @@ The loop, per canvas (several canvases advance in lockstep in one batch):
    only at the blocks ``cache_refresh`` names), then
    :func:`_commit_step` pads the free holes' tails the model says are unused budget, picks
    which masked positions of the active block to commit under the commit rule (optionally
-   never a word its neighbour already holds, nor two neighbours at once unless the model is
+   the likeliest only, while their summed error probability fits a budget; never a word its
+   neighbour already holds, nor two neighbours at once unless the model is
    sure of the right one, nor a word right of a masked position proposed the same word),
    optionally re-masks a few unsure ones, and enforces the protect mask.
 3. A block ends when nothing in it is masked; the request ends when no block is left, when
@@ -946,9 +947,25 @@ def _select(row: _Row, decision: _Decision, quota: int, config: SamplerConfig) -
     chosen = _passes(score, config).nonzero().squeeze(-1).tolist()
     if not chosen:
         return [int(score.argmax())]
+    if config.error_budget > 0:
+        chosen = _within_budget(decision, chosen, config.error_budget)
     if config.neighbour_threshold > 0:
         chosen = _apart(row, decision, chosen, config.neighbour_threshold)
     return chosen
+
+
+def _within_budget(decision: _Decision, chosen: list[int], budget: float) -> list[int]:
+    """The likeliest of ``chosen`` (ties: the leftmost first) while their summed error
+    probability 1 - p stays within ``budget``; at least the likeliest one. Ascending."""
+    prob = decision.prob_list
+    keep: list[int] = []
+    spent = 0.0
+    for i in sorted(chosen, key=lambda j: -prob[j]):  # a stable sort: ties keep their order
+        spent += 1.0 - prob[i]
+        if keep and spent > budget:
+            break
+        keep.append(i)
+    return sorted(keep)
 
 
 def _apart(row: _Row, decision: _Decision, chosen: list[int], bar: float) -> list[int]:

@@ -30,6 +30,7 @@ configs = st.builds(
     precision=st.sampled_from(["fp32", "bf16"]),
     cache=st.sampled_from(["none", "dual", "delayed"]),
     cache_refresh=st.integers(0, 3),
+    error_budget=st.floats(0.0, 8.0),
 )
 
 
@@ -117,7 +118,7 @@ def test_config_from_overrides_rejects_unknown_presets_and_fields() -> None:
     ("name", "off", "on"),
     [("tail_threshold", 1.0, 0.5), ("ban_adjacent_repeats", False, True),
      ("neighbour_threshold", 0.0, 0.9), ("hold_shifted_repeats", False, True),
-     ("cache_refresh", 1, 0)],
+     ("cache_refresh", 1, 0), ("error_budget", 0.0, 0.5)],
 )  # fmt: skip
 def test_a_config_stored_before_a_field_was_added_keeps_its_sha256_and_decodes_as_before(
     name: str, off: object, on: object
@@ -143,6 +144,13 @@ def test_cache_refresh_is_a_whole_number_of_blocks_and_survives_a_switch_of_cach
         SamplerConfig(cache="delayed", cache_refresh=-1)
     with pytest.raises(ValueError, match="sampler field cache_refresh=0.5 must be of type int"):
         SamplerConfig.from_json({"cache": "delayed", "cache_refresh": 0.5})
+
+
+def test_a_negative_error_budget_is_rejected() -> None:
+    with pytest.raises(ValueError, match=r"error_budget=-0.5 must lie in \[0.0, inf\]"):
+        SamplerConfig.from_json({"error_budget": -0.5})
+    with pytest.raises(ValueError, match="sampler field error_budget='1' must be of type float"):
+        SamplerConfig.from_json({"error_budget": "1"})
 
 
 def test_a_neighbour_threshold_outside_0_1_is_rejected() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -79,6 +80,7 @@ sampler_configs = st.builds(
     hold_shifted_repeats=st.booleans(),
     cache=st.sampled_from(["none", "dual", "delayed"]),
     cache_refresh=st.integers(0, 3),  # the delayed cache's: once, every block, 2nd, 3rd
+    error_budget=st.sampled_from([0.0, 0.3, 2.0]),
 )
 
 
@@ -416,6 +418,45 @@ def test_a_model_vocabulary_wider_than_the_canvas_never_writes_its_extra_tokens(
     assert int(result.ids.max()) < tokenizer.vocab_size  # the extra tokens were never written
     assert not bool((result.ids == canvas.mask_id).any())
     assert validate(canvas, result.ids, tokenizer) == []
+
+
+class Beliefs(torch.nn.Module):
+    """A model whose belief never changes: at each position in ``sure``, its token with the
+    given probability (over ``vocab`` tokens), every other token even; elsewhere uniform."""
+
+    def __init__(
+        self, like: StencilTransformer, vocab: int, sure: dict[int, tuple[int, float]]
+    ) -> None:
+        super().__init__()
+        self.vocab, self.sure = vocab, sure
+        self.mask_id, self.pad_id, self.eos_id, self.max_len = (
+            like.mask_id, like.pad_id, like.eos_id, like.max_len)  # fmt: skip
+
+    def forward(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        logits = torch.zeros((*ids.shape, self.vocab))
+        for position, (token, p) in self.sure.items():
+            logits[:, position, token] = math.log(p * (self.vocab - 1) / (1 - p))
+        return logits
+
+
+@pytest.mark.parametrize(("budget", "steps"), [(0.0, [[1, 2, 3, 4]]), (0.25, [[2, 3], [4], [1]]),
+                                               (0.05, [[2], [3], [4], [1]])])  # fmt: skip
+def test_an_error_budget_commits_the_likeliest_tokens_while_their_error_sum_fits(
+    tokenizer: StencilTokenizer, model: StencilTransformer, budget: float, steps: list[list[int]]
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 4},
+                                   {"text": " the end."}])  # fmt: skip
+    start = canvas.holes[0].start
+    words = [word_token(tokenizer, w) for w in (" Smith", " thank", " London", " for")]
+    beliefs = zip(words, [0.6, 0.97, 0.9, 0.8], strict=True)
+    sure = {start + i: (token, p) for i, (token, p) in enumerate(beliefs)}
+    config = SamplerConfig(commit_rule="threshold", threshold=0.5, error_budget=budget)
+    result = denoise(Beliefs(model, tokenizer.vocab_size, sure), canvas, config, torch.Generator())
+    # 0.97 and 0.9 spend 0.13 of 0.25; 0.8 would bring it to 0.33, so it waits a step
+    assert [[p - start + 1 for p in info.committed] for info in result.trace] == steps
+    assert result.ids[start : start + 4].tolist() == words
 
 
 def test_eos_in_a_hole_ends_it_and_the_tail_is_stripped(
