@@ -11,10 +11,10 @@ The loop, per canvas (several canvases advance in lockstep in one batch):
    only at the blocks ``cache_refresh`` names), then
    :func:`_commit_step` pads the free holes' tails the model says are unused budget, picks
    which masked positions of the active block to commit under the commit rule (optionally
-   the likeliest only, while their summed error probability fits a budget; never a word its
-   neighbour already holds, nor two neighbours at once unless the model is
-   sure of the right one, nor a word right of a masked position proposed the same word),
-   optionally re-masks a few unsure ones, and enforces the protect mask.
+   only the likeliest while their summed error probability fits a budget; never a word its
+   neighbour already holds, nor two neighbours at once unless the model is sure of the
+   right one, nor a word right of a masked position proposed the same word), writes them
+   in one go, optionally re-masks a few unsure ones, and enforces the protect mask.
 3. A block ends when nothing in it is masked; the request ends when no block is left, when
    ``should_stop()`` says so (cancelled: nothing is committed after), or when the step budget
    is down to one pass, which commits everything left (a flush).

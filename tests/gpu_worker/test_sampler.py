@@ -365,18 +365,25 @@ def test_step_budget_flushes_on_the_last_pass(
     assert validate(canvas, result.ids, tokenizer) == []
 
 
-class ForcedTokens(torch.nn.Module):
+class Stand(torch.nn.Module):
+    """A stand-in for a model: the backend protocol's ids and max_len are ``like``'s."""
+
+    def __init__(self, like: StencilTransformer) -> None:
+        super().__init__()
+        self.mask_id, self.pad_id, self.eos_id, self.max_len = (
+            like.mask_id, like.pad_id, like.eos_id, like.max_len)  # fmt: skip
+
+
+class ForcedTokens(Stand):
     """Wraps a model so that a chosen token wins at chosen positions."""
 
     def __init__(
         self, inner: StencilTransformer, forced: dict[int, int],
         logit: dict[int, float] | None = None,
     ) -> None:  # fmt: skip
-        super().__init__()
+        super().__init__(inner)
         self.inner, self.forced = inner, forced
         self.logit = logit or {}  # position -> the forced token's logit (default 1e4: sure)
-        self.mask_id, self.pad_id, self.eos_id, self.max_len = (
-            inner.mask_id, inner.pad_id, inner.eos_id, inner.max_len)  # fmt: skip
 
     def forward(
         self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
@@ -387,15 +394,13 @@ class ForcedTokens(torch.nn.Module):
         return logits
 
 
-class WiderVocab(torch.nn.Module):
+class WiderVocab(Stand):
     """Wraps a model so that its vocabulary has ``extra`` more tokens than the canvas's
     tokenizer (as a checkpoint with a padded embedding does), each the surest everywhere."""
 
     def __init__(self, inner: StencilTransformer, extra: int) -> None:
-        super().__init__()
+        super().__init__(inner)
         self.inner, self.extra = inner, extra
-        self.mask_id, self.pad_id, self.eos_id, self.max_len = (
-            inner.mask_id, inner.pad_id, inner.eos_id, inner.max_len)  # fmt: skip
 
     def forward(
         self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
@@ -420,17 +425,15 @@ def test_a_model_vocabulary_wider_than_the_canvas_never_writes_its_extra_tokens(
     assert validate(canvas, result.ids, tokenizer) == []
 
 
-class Beliefs(torch.nn.Module):
+class Beliefs(Stand):
     """A model whose belief never changes: at each position in ``sure``, its token with the
     given probability (over ``vocab`` tokens), every other token even; elsewhere uniform."""
 
     def __init__(
         self, like: StencilTransformer, vocab: int, sure: dict[int, tuple[int, float]]
     ) -> None:
-        super().__init__()
+        super().__init__(like)
         self.vocab, self.sure = vocab, sure
-        self.mask_id, self.pad_id, self.eos_id, self.max_len = (
-            like.mask_id, like.pad_id, like.eos_id, like.max_len)  # fmt: skip
 
     def forward(
         self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
@@ -482,17 +485,15 @@ def test_eos_in_a_hole_ends_it_and_the_tail_is_stripped(
     assert result.hole_texts["a"] == tokenizer.decode(result.ids[start : start + 2].tolist())
 
 
-class HalfSure(torch.nn.Module):
+class HalfSure(Stand):
     """Wraps a model so that chosen tokens win at chosen positions (logit 1e4) and one token
     has probability one half at one position."""
 
     def __init__(
         self, inner: StencilTransformer, forced: dict[int, int], half: tuple[int, int]
     ) -> None:
-        super().__init__()
+        super().__init__(inner)
         self.forced, self.target = ForcedTokens(inner, forced), half
-        self.mask_id, self.pad_id, self.eos_id, self.max_len = (
-            inner.mask_id, inner.pad_id, inner.eos_id, inner.max_len)  # fmt: skip
 
     def forward(
         self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
