@@ -1,0 +1,101 @@
+"""The fast preset against error-budget variants of it, on single holes and whole drafts.
+
+A preset serves drafts as well as single holes, so this compares it with candidate configs on
+both, side by side (routes interleaved case by case, as the sampler bench times them):
+exact match, forward passes, tokens per forward and wall time as a ratio of the preset's.
+Choose on val; a preset changes only on a gain there that is larger than the case-to-case
+noise (one single hole is 1.25 points at 16 per kind).
+
+    python bench/preset_study.py --split val [--cases 16] [--docs 32]
+
+Writes bench/sampler/preset_study[_val].json and PRESET_STUDY[_VAL].md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.sampler_bench import Route, drafting_cases, eval_cases, run_routes  # noqa: E402
+from gpu_worker.backends import load_backend  # noqa: E402
+from gpu_worker.config import PRESETS, SamplerConfig  # noqa: E402
+from gpu_worker.corpus import Split  # noqa: E402
+from gpu_worker.infill import infill_request  # noqa: E402
+
+PRESET = "fast"
+
+
+def candidates() -> dict[str, SamplerConfig]:
+    """The preset first, then the variants compared with it."""
+    fast = PRESETS[PRESET]
+    out = {f"{PRESET} (threshold {fast.threshold})": fast}
+    for tau, budget in ((0.1, 0.0), (0.1, 0.5), (0.1, 1.0), (0.1, 2.0), (fast.threshold, 1.0)):
+        name = f"{PRESET} at threshold {tau}" + (f", error budget {budget}" if budget else "")
+        out[name] = fast.replace(threshold=tau, error_budget=budget)
+    return out
+
+
+def study(model: Path, split: Split, cases: int, docs: int) -> dict[str, Any]:
+    loaded = load_backend(model)
+    configs = candidates()
+    routes: dict[str, Route] = {
+        name: functools.partial(infill_request, loaded, config=c) for name, c in configs.items()
+    }
+    sets = {"single holes": eval_cases(loaded, cases, split=split),
+            "drafts": drafting_cases(loaded, docs, split=split)}
+    out: dict[str, Any] = {"model": loaded.name, "split": split, "configs": {
+        name: json.loads(config.to_json()) for name, config in configs.items()}}  # fmt: skip
+    for label, chosen in sets.items():
+        for case in chosen[:4]:  # warm-up: token tables, pattern automata
+            infill_request(loaded, case.request, config=PRESETS[PRESET])
+        runs = run_routes(routes, chosen, 1)
+        for r in runs.values():
+            del r["document_sha256"]
+        out[label] = {"cases": len(chosen), "routes": runs}
+    return out
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [f"# The {PRESET} preset against error-budget variants ({results['split']})", "",
+             f"Model `{results['model']}`. Command: `{results.get('command', '')}`. Wall "
+             "times are ratios of the preset's, measured side by side.", ""]  # fmt: skip
+    for label in ("single holes", "drafts"):
+        block = results[label]
+        routes = block["routes"]
+        base = next(iter(routes.values()))["seconds_per_case"]
+        lines += [f"{label.capitalize()} ({block['cases']} cases):", "",
+                  "| config | EM | fwd passes | tok/fwd | × the preset's wall |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        for name, r in routes.items():
+            lines.append(f"| {name} | {r['exact_match']:.3f} | {r['forward_passes']:.1f} | "
+                         f"{r['tokens_per_forward']:.2f} | {r['seconds_per_case'] / base:.2f} |")  # fmt: skip
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=Path("models/stencil-denoiser"))
+    parser.add_argument("--split", choices=["test", "val"], default="val")
+    parser.add_argument("--cases", type=int, default=16, help="single holes per hole kind")
+    parser.add_argument("--docs", type=int, default=32, help="drafts with 8 or more holes")
+    parser.add_argument("--out", type=Path, default=Path("bench/sampler"))
+    args = parser.parse_args(argv)
+    results = study(args.model, args.split, args.cases, args.docs)
+    results["command"] = " ".join(["python bench/preset_study.py", *(sys.argv[1:] if argv is None else argv)])
+    suffix = "" if args.split == "test" else f"_{args.split}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"preset_study{suffix}.json").write_text(json.dumps(results, indent=2) + "\n")
+    (args.out / f"PRESET_STUDY{suffix.upper()}.md").write_text(markdown(results))
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
