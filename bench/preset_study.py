@@ -1,4 +1,4 @@
-"""The fast preset against error-budget variants of it, on single holes and whole drafts.
+"""The fast preset against error-budget and anchored variants of it, on holes and drafts.
 
 A preset serves drafts as well as single holes, so this compares it with candidate configs on
 both, side by side (routes interleaved case by case, as the sampler bench times them):
@@ -38,6 +38,9 @@ def candidates() -> dict[str, SamplerConfig]:
     for tau, budget in ((0.1, 0.0), (0.1, 0.5), (0.1, 1.0), (0.1, 2.0), (fast.threshold, 1.0)):
         name = f"{PRESET} at threshold {tau}" + (f", error budget {budget}" if budget else "")
         out[name] = fast.replace(threshold=tau, error_budget=budget)
+    for tau, bar in ((0.1, 0.5), (0.1, 0.7), (fast.threshold, fast.neighbour_threshold)):
+        out[f"{PRESET} at threshold {tau}, anchored, neighbour bar {bar}"] = fast.replace(
+            threshold=tau, anchored=True, neighbour_threshold=bar)
     return out
 
 
@@ -62,7 +65,7 @@ def study(model: Path, split: Split, cases: int, docs: int) -> dict[str, Any]:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    lines = [f"# The {PRESET} preset against error-budget variants ({results['split']})", "",
+    lines = [f"# The {PRESET} preset against its variants ({results['split']})", "",
              f"Model `{results['model']}`. Command: `{results.get('command', '')}`. Wall "
              "times are ratios of the preset's, measured side by side.", ""]  # fmt: skip
     for label in ("single holes", "drafts"):

@@ -12,6 +12,7 @@ other work.
     python bench/threshold_study.py --split val --taus 0.1,0.15,0.2,0.25,0.3   # choose τ on val
     python bench/threshold_study.py --neighbour-bars 0.0   # also with neighbour_threshold off
     python bench/threshold_study.py --error-budgets 0.5,1   # also under an error budget
+    python bench/threshold_study.py --anchored-bars 0.5,0.7   # also with anchored commits
 
 Writes bench/sampler/threshold_study.json and THRESHOLD_STUDY.md (``_val`` / ``_VAL`` for val).
 """
@@ -37,11 +38,13 @@ BASE = "even-1/step"
 
 
 def configs(
-    taus: tuple[float, ...], bars: tuple[float, ...] = (), budgets: tuple[float, ...] = ()
-) -> dict[str, SamplerConfig]:
+    taus: tuple[float, ...], bars: tuple[float, ...] = (), budgets: tuple[float, ...] = (),
+    anchored_bars: tuple[float, ...] = (),
+) -> dict[str, SamplerConfig]:  # fmt: skip
     """even-1/step and one threshold config per τ, as the sampler bench's grid builds them;
-    then the threshold configs again with each ``neighbour_threshold`` in ``bars``, and with
-    each ``error_budget`` in ``budgets``."""
+    then the threshold configs again with each ``neighbour_threshold`` in ``bars``, with
+    each ``error_budget`` in ``budgets``, and ``anchored`` with each neighbour_threshold in
+    ``anchored_bars``."""
     grid = sampler_grid()
     threshold = grid[f"threshold-{TAUS[0]}"]
     out = {BASE: grid[BASE], **{f"threshold-{tau}": threshold.replace(threshold=tau) for tau in taus}}
@@ -51,6 +54,9 @@ def configs(
     for budget in budgets:
         out |= {f"threshold-{tau} (error budget {budget})": threshold.replace(
             threshold=tau, error_budget=budget) for tau in taus}  # fmt: skip
+    for bar in anchored_bars:
+        out |= {f"threshold-{tau} (anchored, neighbour bar {bar})": threshold.replace(
+            threshold=tau, anchored=True, neighbour_threshold=bar) for tau in taus}  # fmt: skip
     return out
 
 
@@ -66,12 +72,13 @@ def sign_test(only_a: int, only_b: int) -> float:
 def study(
     model: Path, per_kind: int, kinds: tuple[str, ...], *, taus: tuple[float, ...] = TAUS,
     split: Split = "test", bars: tuple[float, ...] = (), budgets: tuple[float, ...] = (),
+    anchored_bars: tuple[float, ...] = (),
 ) -> dict[str, Any]:  # fmt: skip
     loaded = load_backend(model)
     by_kind = {kind: eval_cases(loaded, per_kind, (kind,), split) for kind in kinds}
     cases = [case for kind in kinds for case in by_kind[kind]]
     kind_of = [kind for kind in kinds for _ in by_kind[kind]]
-    grid = configs(taus, bars, budgets)
+    grid = configs(taus, bars, budgets, anchored_bars)
     hits: dict[str, list[float]] = {}
     out: dict[str, Any] = {"model": loaded.name, "weights_sha256": loaded.weights_sha256,
                            "cases": len(cases), "split": split, "configs": {}}  # fmt: skip
@@ -102,7 +109,8 @@ def markdown(results: dict[str, Any]) -> str:
              f"Model `{results['model']}`, {results['cases']} {results['split']} cases, no cache, "
              "batch 1, the presets' end-of-hole, neighbour and repeat rules (RULES in "
              "sampler_bench; a row named '(neighbour bar B)' sets neighbour_threshold to B, one "
-             "named '(error budget E)' error_budget to E). Command: "
+             "named '(error budget E)' error_budget to E, one named '(anchored, neighbour bar B)' "
+             "anchored on with neighbour_threshold B). Command: "
              f"`{results.get('command', 'python bench/threshold_study.py')}`.", "",
              "| config | EM | EM − even (points) | tok/fwd | fwd passes | only even right | "
              "only this right | sign test p |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -141,12 +149,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--error-budgets", default="",
                         help="comma-separated error_budget values (configs named "
                              "'(error budget E)')")  # fmt: skip
+    parser.add_argument("--anchored-bars", default="",
+                        help="comma-separated neighbour_threshold values to run with anchored "
+                             "commits (configs named '(anchored, neighbour bar B)')")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("bench/sampler"))
     args = parser.parse_args(argv)
     results = study(args.model, args.cases, tuple(args.kinds.split(",")),
                     taus=tuple(float(t) for t in args.taus.split(",")), split=args.split,
                     bars=tuple(float(b) for b in args.neighbour_bars.split(",") if b),
-                    budgets=tuple(float(b) for b in args.error_budgets.split(",") if b))  # fmt: skip
+                    budgets=tuple(float(b) for b in args.error_budgets.split(",") if b),
+                    anchored_bars=tuple(float(b) for b in args.anchored_bars.split(",") if b))  # fmt: skip
     results["command"] = " ".join(["python bench/threshold_study.py", *(sys.argv[1:] if argv is None else argv)])
     suffix = "" if args.split == "test" else f"_{args.split}"
     args.out.mkdir(parents=True, exist_ok=True)

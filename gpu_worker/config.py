@@ -23,7 +23,7 @@ BlockScope = Literal["canvas", "hole"]
 # Fields added after configs were first stored; each one's dataclass default decodes as
 # before it existed, and the canonical JSON leaves the field out at that value.
 ADDED_LATER = ("tail_threshold", "ban_adjacent_repeats", "neighbour_threshold",
-               "hold_shifted_repeats", "cache_refresh", "error_budget")  # fmt: skip
+               "hold_shifted_repeats", "cache_refresh", "error_budget", "anchored")  # fmt: skip
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "commit_rule": get_args(CommitRule),
@@ -135,6 +135,16 @@ class SamplerConfig:
     # rule and the EB-sampler's entropy bound. 0.0 is off (no cap), the behaviour before the
     # field existed.
     error_budget: float = 0.0
+    # Threshold rules: a free-hole position commits only next to written text: a neighbour
+    # that is not masked (locked text, a written or padded token), or one committed in the
+    # same step that is itself so anchored (a chain). A hole is written outward from its
+    # edges and from what is already there, never as an island amid masked positions, where
+    # a token likely on its own may belong to another wording than the tokens later written
+    # around it ("On was today Mr. Pierce" from two sentence openings). Chains keep the
+    # neighbour_threshold bar, so near-certain runs (a copied name) still go in one pass.
+    # When no passing position is anchored, the surest anchored one commits. False: off, the
+    # behaviour before the field existed.
+    anchored: bool = False
     # Arithmetic of the forward pass: fp32, or bf16 under torch.autocast.
     precision: Precision = "fp32"
     # "dual": a KV cache of every position, refreshed once per block; the steps inside a

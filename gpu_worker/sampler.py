@@ -11,10 +11,11 @@ The loop, per canvas (several canvases advance in lockstep in one batch):
    only at the blocks ``cache_refresh`` names), then
    :func:`_commit_step` pads the free holes' tails the model says are unused budget, picks
    which masked positions of the active block to commit under the commit rule (optionally
-   only the likeliest while their summed error probability fits a budget; never a word its
-   neighbour already holds, nor two neighbours at once unless the model is sure of the
-   right one, nor a word right of a masked position proposed the same word), writes them
-   in one go, optionally re-masks a few unsure ones, and enforces the protect mask.
+   only the likeliest while their summed error probability fits a budget, or only next to
+   written text; never a word its neighbour already holds, nor two neighbours at once
+   unless the model is sure of the right one, nor a word right of a masked position
+   proposed the same word), writes them in one go, optionally re-masks a few unsure ones,
+   and enforces the protect mask.
 3. A block ends when nothing in it is masked; the request ends when no block is left, when
    ``should_stop()`` says so (cancelled: nothing is committed after), or when the step budget
    is down to one pass, which commits everything left (a flush).
@@ -951,7 +952,36 @@ def _select(row: _Row, decision: _Decision, quota: int, config: SamplerConfig) -
         chosen = _within_budget(decision, chosen, config.error_budget)
     if config.neighbour_threshold > 0:
         chosen = _apart(row, decision, chosen, config.neighbour_threshold)
+    if config.anchored:
+        chosen = _anchored(row, decision, chosen)
     return chosen
+
+
+def _anchored(row: _Row, decision: _Decision, chosen: list[int]) -> list[int]:
+    """``chosen`` without each free-hole position that is neither next to a position that is
+    not masked nor chained to one through other chosen positions (see ``anchored``); when
+    none is left, the surest anchored position of the decision. Ascending."""
+    x, mask_id, positions = row.x.tolist(), row.canvas.mask_id, decision.position_list
+
+    def fixed(p: int) -> bool:  # constrained, or next to written text or the canvas's edge
+        return (not row.free_at[p] or p == 0 or x[p - 1] != mask_id
+                or p + 1 == len(x) or x[p + 1] != mask_id)  # fmt: skip
+
+    index = {positions[i]: i for i in chosen}
+    kept = {p for p in index if fixed(p)}
+    for p in sorted(index):  # chains growing rightwards from an anchor ...
+        if p - 1 in kept:
+            kept.add(p)
+    for p in sorted(index, reverse=True):  # ... and leftwards
+        if p + 1 in kept:
+            kept.add(p)
+    if kept:
+        return sorted(index[p] for p in kept)
+    score = decision.score.tolist()
+    anchored = [i for i, p in enumerate(positions) if fixed(p) and math.isfinite(score[i])]
+    if not anchored:
+        return chosen
+    return [max(anchored, key=lambda i: (score[i], -i))]
 
 
 def _within_budget(decision: _Decision, chosen: list[int], budget: float) -> list[int]:

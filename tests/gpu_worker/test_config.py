@@ -31,6 +31,7 @@ configs = st.builds(
     cache=st.sampled_from(["none", "dual", "delayed"]),
     cache_refresh=st.integers(0, 3),
     error_budget=st.floats(0.0, 8.0),
+    anchored=st.booleans(),
 )
 
 
@@ -118,7 +119,8 @@ def test_config_from_overrides_rejects_unknown_presets_and_fields() -> None:
     ("name", "off", "on"),
     [("tail_threshold", 1.0, 0.5), ("ban_adjacent_repeats", False, True),
      ("neighbour_threshold", 0.0, 0.9), ("hold_shifted_repeats", False, True),
-     ("cache_refresh", 1, 0), ("error_budget", 0.0, 0.5)],
+     ("cache_refresh", 1, 0), ("error_budget", 0.0, 0.5),
+     ("anchored", False, True)],
 )  # fmt: skip
 def test_a_config_stored_before_a_field_was_added_keeps_its_sha256_and_decodes_as_before(
     name: str, off: object, on: object

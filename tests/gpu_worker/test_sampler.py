@@ -81,6 +81,7 @@ sampler_configs = st.builds(
     cache=st.sampled_from(["none", "dual", "delayed"]),
     cache_refresh=st.integers(0, 3),  # the delayed cache's: once, every block, 2nd, 3rd
     error_budget=st.sampled_from([0.0, 0.3, 2.0]),
+    anchored=st.booleans(),
 )
 
 
@@ -459,6 +460,27 @@ def test_an_error_budget_commits_the_likeliest_tokens_while_their_error_sum_fits
     result = denoise(Beliefs(model, tokenizer.vocab_size, sure), canvas, config, torch.Generator())
     # 0.97 and 0.9 spend 0.13 of 0.25; 0.8 would bring it to 0.33, so it waits a step
     assert [[p - start + 1 for p in info.committed] for info in result.trace] == steps
+    assert result.ids[start : start + 4].tolist() == words
+
+
+@pytest.mark.parametrize("anchored", [True, False])
+def test_anchored_commits_grow_from_written_text_never_as_an_island(
+    tokenizer: StencilTokenizer, model: StencilTransformer, anchored: bool
+) -> None:
+    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 4},
+                                   {"text": " the end."}])  # fmt: skip
+    start = canvas.holes[0].start
+    words = [word_token(tokenizer, w) for w in (" Smith", " thank", " London", " for")]
+    # the model is sure only of the third word, amid masked positions: an island
+    beliefs = zip(words, [0.3, 0.3, 0.99, 0.2], strict=True)
+    sure = {start + i: (token, p) for i, (token, p) in enumerate(beliefs)}
+    config = SamplerConfig(commit_rule="threshold", threshold=0.5, anchored=anchored)
+    result = denoise(Beliefs(model, tokenizer.vocab_size, sure), canvas, config, torch.Generator())
+    order = [[p - start for p in info.committed] for info in result.trace]
+    if anchored:  # the surest anchored position first, then each next to written text
+        assert order == [[0], [1], [2], [3]]
+    else:
+        assert order[0] == [2]
     assert result.ids[start : start + 4].tolist() == words
 
 
