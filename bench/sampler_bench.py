@@ -44,13 +44,16 @@ KINDS = ("entity_right", "sentence", "number_date", "choice", "json_value")
 TAUS = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 BUDGET = (0.1, 2.0)  # threshold τ and error_budget of the budgeted config (chosen on val)
 BUDGETED = f"threshold-{BUDGET[0]}/budget-{BUDGET[1]:g}"
+ANCHOR = (0.1, 0.5)  # threshold τ and neighbour_threshold of the anchored config (val's choice)
+ANCHORED = f"threshold-{ANCHOR[0]}/anchored-{ANCHOR[1]:g}"
 CACHES: dict[str, dict[str, Any]] = {  # name suffix -> the SamplerConfig fields it sets
     "+cache": {"cache": "dual"},
     "+delayed": {"cache": "delayed"},
     "+delayed/once": {"cache": "delayed", "cache_refresh": 0},  # a full forward only at first
 }
 DOC_CONFIGS = tuple(  # whole documents
-    f"{name}{suffix}" for name in ("threshold-0.9", "threshold-0.3", "threshold-0.1", BUDGETED)
+    f"{name}{suffix}"
+    for name in ("threshold-0.9", "threshold-0.3", "threshold-0.1", BUDGETED, ANCHORED)
     for suffix in ("", *CACHES)
 )
 BLOCK = 32
@@ -80,6 +83,9 @@ def sampler_grid() -> dict[str, SamplerConfig]:
             commit_rule="threshold", threshold=tau, block_length=BLOCK, **RULES
         )
     exact[BUDGETED] = exact["threshold-0.1"].replace(threshold=BUDGET[0], error_budget=BUDGET[1])
+    exact[ANCHORED] = exact["threshold-0.1"].replace(
+        threshold=ANCHOR[0], anchored=True, neighbour_threshold=ANCHOR[1]
+    )
     grid = {}
     for name, config in exact.items():
         grid[name] = config

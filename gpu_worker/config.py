@@ -132,18 +132,24 @@ class SamplerConfig:
     # need not fit one another ("On was today Mr. Pierce" from two sentence openings, each
     # likely alone). Near-certain tokens (an entity copied from the context, a fixed phrase)
     # still commit many per pass; unsure ones one or two at a time. After Fast-dLLM's factor
-    # rule and the EB-sampler's entropy bound. 0.0 is off (no cap), the behaviour before the
-    # field existed.
+    # rule and the EB-sampler's entropy bound. At threshold 0.1 a budget of 2 kept
+    # even-1/step's exact match on val single holes at 3.43 tokens per pass
+    # (bench/sampler/budget_val), but lost 1.7 points on test. 0.0 is off (no cap), the
+    # behaviour before the field existed; the presets leave it off.
     error_budget: float = 0.0
     # Threshold rules: a free-hole position commits only next to written text: a neighbour
-    # that is not masked (locked text, a written or padded token), or one committed in the
-    # same step that is itself so anchored (a chain). A hole is written outward from its
-    # edges and from what is already there, never as an island amid masked positions, where
-    # a token likely on its own may belong to another wording than the tokens later written
-    # around it ("On was today Mr. Pierce" from two sentence openings). Chains keep the
-    # neighbour_threshold bar, so near-certain runs (a copied name) still go in one pass.
-    # When no passing position is anchored, the surest anchored one commits. False: off, the
-    # behaviour before the field existed.
+    # that is not masked (locked text, a written or padded token, the canvas's edge), or one
+    # committed in the same step that is itself so anchored (a chain). A hole is written
+    # outward from its edges and from what is already there, never as an island amid masked
+    # positions, where a token likely on its own may belong to another wording than the
+    # tokens later written around it ("On was today Mr. Pierce" from two sentence
+    # openings). Chains keep the neighbour_threshold bar, so near-certain runs (a copied
+    # name) still go in one pass.
+    # When no passing position is anchored, the surest anchored one commits. At threshold
+    # 0.1 with neighbour_threshold 0.5 it wrote 3.28 / 3.36 tokens per pass on val / test
+    # single holes at even-1/step's exact match or better (bench/sampler/anchored*). False:
+    # off, the behaviour before the field existed; the presets leave it off (on whole drafts
+    # it was faster but not better on both splits, bench/sampler/PRESET_STUDY*.md).
     anchored: bool = False
     # Arithmetic of the forward pass: fp32, or bf16 under torch.autocast.
     precision: Precision = "fp32"
