@@ -23,6 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.sampler_bench import Route, drafting_cases, eval_cases, run_routes  # noqa: E402
+from bench.threshold_study import save_study  # noqa: E402
 from gpu_worker.backends import load_backend  # noqa: E402
 from gpu_worker.config import PRESETS, SamplerConfig  # noqa: E402
 from gpu_worker.corpus import Split  # noqa: E402
@@ -91,12 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("bench/sampler"))
     args = parser.parse_args(argv)
     results = study(args.model, args.split, args.cases, args.docs)
-    results["command"] = " ".join(["python bench/preset_study.py", *(sys.argv[1:] if argv is None else argv)])
-    suffix = "" if args.split == "test" else f"_{args.split}"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"preset_study{suffix}.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.out / f"PRESET_STUDY{suffix.upper()}.md").write_text(markdown(results))
-    print(markdown(results))
+    save_study(results, "bench/preset_study.py", argv, args.out, "preset_study", markdown)
     return 0
 
 

@@ -23,6 +23,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -159,13 +160,23 @@ def main(argv: list[str] | None = None) -> int:
                     bars=tuple(float(b) for b in args.neighbour_bars.split(",") if b),
                     budgets=tuple(float(b) for b in args.error_budgets.split(",") if b),
                     anchored_bars=tuple(float(b) for b in args.anchored_bars.split(",") if b))  # fmt: skip
-    results["command"] = " ".join(["python bench/threshold_study.py", *(sys.argv[1:] if argv is None else argv)])
-    suffix = "" if args.split == "test" else f"_{args.split}"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"threshold_study{suffix}.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.out / f"THRESHOLD_STUDY{suffix.upper()}.md").write_text(markdown(results))
-    print(markdown(results))
+    save_study(results, "bench/threshold_study.py", argv, args.out, "threshold_study", markdown)
     return 0
+
+
+def save_study(
+    results: dict[str, Any], script: str, argv: list[str] | None, out: Path, stem: str,
+    render: Callable[[dict[str, Any]], str],
+) -> None:  # fmt: skip
+    """Record the command in ``results``, write ``out``/stem[_split].json and
+    STEM[_SPLIT].md (no suffix for the test split) and print the Markdown."""
+    results["command"] = " ".join([f"python {script}", *(sys.argv[1:] if argv is None else argv)])
+    suffix = "" if results["split"] == "test" else f"_{results['split']}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}{suffix}.json").write_text(json.dumps(results, indent=2) + "\n")
+    text = render(results)
+    (out / f"{stem.upper()}{suffix.upper()}.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -445,43 +445,47 @@ class Beliefs(Stand):
         return logits
 
 
+def four_words(
+    tokenizer: StencilTokenizer, model: StencilTransformer, probs: list[float],
+    config: SamplerConfig,
+) -> tuple[list[list[int]], list[int], list[int]]:  # fmt: skip
+    """Denoise a four-token hole under :class:`Beliefs` sure of four words with ``probs``:
+    each step's committed positions (0-3), the words and the hole's ids after."""
+    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 4},
+                                   {"text": " the end."}])  # fmt: skip
+    start = canvas.holes[0].start
+    words = [word_token(tokenizer, w) for w in (" Smith", " thank", " London", " for")]
+    beliefs = zip(words, probs, strict=True)
+    sure = {start + i: (token, p) for i, (token, p) in enumerate(beliefs)}
+    result = denoise(Beliefs(model, tokenizer.vocab_size, sure), canvas, config, torch.Generator())
+    order = [[p - start for p in info.committed] for info in result.trace]
+    return order, words, result.ids[start : start + 4].tolist()
+
+
 @pytest.mark.parametrize(("budget", "steps"), [(0.0, [[1, 2, 3, 4]]), (0.25, [[2, 3], [4], [1]]),
                                                (0.05, [[2], [3], [4], [1]])])  # fmt: skip
 def test_an_error_budget_commits_the_likeliest_tokens_while_their_error_sum_fits(
     tokenizer: StencilTokenizer, model: StencilTransformer, budget: float, steps: list[list[int]]
 ) -> None:
-    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 4},
-                                   {"text": " the end."}])  # fmt: skip
-    start = canvas.holes[0].start
-    words = [word_token(tokenizer, w) for w in (" Smith", " thank", " London", " for")]
-    beliefs = zip(words, [0.6, 0.97, 0.9, 0.8], strict=True)
-    sure = {start + i: (token, p) for i, (token, p) in enumerate(beliefs)}
     config = SamplerConfig(commit_rule="threshold", threshold=0.5, error_budget=budget)
-    result = denoise(Beliefs(model, tokenizer.vocab_size, sure), canvas, config, torch.Generator())
+    order, words, written = four_words(tokenizer, model, [0.6, 0.97, 0.9, 0.8], config)
     # 0.97 and 0.9 spend 0.13 of 0.25; 0.8 would bring it to 0.33, so it waits a step
-    assert [[p - start + 1 for p in info.committed] for info in result.trace] == steps
-    assert result.ids[start : start + 4].tolist() == words
+    assert [[p + 1 for p in step] for step in order] == steps
+    assert written == words
 
 
 @pytest.mark.parametrize("anchored", [True, False])
 def test_anchored_commits_grow_from_written_text_never_as_an_island(
     tokenizer: StencilTokenizer, model: StencilTransformer, anchored: bool
 ) -> None:
-    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 4},
-                                   {"text": " the end."}])  # fmt: skip
-    start = canvas.holes[0].start
-    words = [word_token(tokenizer, w) for w in (" Smith", " thank", " London", " for")]
-    # the model is sure only of the third word, amid masked positions: an island
-    beliefs = zip(words, [0.3, 0.3, 0.99, 0.2], strict=True)
-    sure = {start + i: (token, p) for i, (token, p) in enumerate(beliefs)}
     config = SamplerConfig(commit_rule="threshold", threshold=0.5, anchored=anchored)
-    result = denoise(Beliefs(model, tokenizer.vocab_size, sure), canvas, config, torch.Generator())
-    order = [[p - start for p in info.committed] for info in result.trace]
+    # the model is sure only of the third word, amid masked positions: an island
+    order, words, written = four_words(tokenizer, model, [0.3, 0.3, 0.99, 0.2], config)
     if anchored:  # the surest anchored position first, then each next to written text
         assert order == [[0], [1], [2], [3]]
     else:
         assert order[0] == [2]
-    assert result.ids[start : start + 4].tolist() == words
+    assert written == words
 
 
 def test_eos_in_a_hole_ends_it_and_the_tail_is_stripped(
