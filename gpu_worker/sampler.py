@@ -86,13 +86,10 @@ class DenoiseResult:
 class _Decision:
     """Per eligible position: the token proposed and how sure the model is."""
 
-    positions: torch.Tensor  # [n] long canvas positions
-    tokens: torch.Tensor  # [n] long proposed tokens
-    prob: torch.Tensor  # [n] float model probability of the proposed token
-    score: torch.Tensor  # [n] float the commit rule's score (higher = surer)
-    position_list: list[int]  # positions, tokens and prob as lists (read one by one)
-    token_list: list[int]
-    prob_list: list[float]
+    positions: list[int]  # [n] canvas positions, ascending
+    tokens: list[int]  # [n] proposed tokens
+    prob: list[float]  # [n] model probability of the proposed token
+    score: torch.Tensor  # [n] float the commit rule's score (higher = surer; rules set -inf)
     held: dict[int, float] = field(default_factory=dict)  # deferred EOS / pad -> its score
 
 
@@ -642,13 +639,13 @@ def _commit_step(
     chosen = _select(row, decision, quota, config)  # indices into the decision
     if decision.held and config.commit_rule != "even":
         chosen = _release_ends(row, decision, chosen, config)
-    picks = [(decision.position_list[i], decision.token_list[i], decision.prob_list[i])
+    picks = [(decision.positions[i], decision.tokens[i], decision.prob[i])
              for i in sorted(chosen)]  # fmt: skip
     written, ended = _write(row, picks, config, no_repeats=config.ban_adjacent_repeats,
                             before=committed)  # fmt: skip
     committed.extend(written)
     padded.extend(ended)
-    probs.extend(decision.prob_list)
+    probs.extend(decision.prob)
     return committed, padded, probs
 
 
@@ -747,14 +744,12 @@ def _vocab_table(canvas: Canvas, config: SamplerConfig) -> tuple[torch.Tensor, t
     return torch.stack(sets), index
 
 
-def _defer_early_ends(
-    row: _Row, decision: _Decision, positions: list[int], tokens: list[int]
-) -> None:
+def _defer_early_ends(row: _Row, decision: _Decision) -> None:
     """With ``stop_on_eos``: an EOS / pad proposed in a free hole waits while an earlier
     position of that hole is still masked (its score becomes -inf, the score it had is kept in
     ``held``), so where a hole ends is decided after what it says; the hole's earliest masked
     position is never deferred. See :func:`_release_ends` for the threshold rules."""
-    ends = row.canvas.terminators()
+    ends, positions, tokens = row.canvas.terminators(), decision.positions, decision.tokens
     if not any(token in ends for token in tokens):
         return
     first: dict[int, int] = {}  # hole -> its first masked position, looked up once
@@ -881,24 +876,19 @@ def _propose(
         score = -torch.special.entr(probs).sum(-1)  # minus the entropy in nats
     else:
         score = prob
-    decision = _Decision(
-        positions, tokens, prob, score.clone(), positions.tolist(), tokens.tolist(), prob.tolist()
-    )
+    decision = _Decision(positions.tolist(), tokens.tolist(), prob.tolist(), score)
     if config.stop_on_eos:
-        _defer_early_ends(row, decision, decision.position_list, decision.token_list)
+        _defer_early_ends(row, decision)
     if config.hold_shifted_repeats:
-        _hold_shifted_repeats(row, decision, decision.position_list, decision.token_list)
+        _hold_shifted_repeats(row, decision)
     return decision
 
 
-def _hold_shifted_repeats(
-    row: _Row, decision: _Decision, positions: list[int], tokens: list[int]
-) -> None:
+def _hold_shifted_repeats(row: _Row, decision: _Decision) -> None:
     """In place: a free-hole position whose left neighbour in its hole is proposed in this
     same decision (so it is still masked) with the same word token gets score -inf for this
-    step; the run's leftmost position keeps its score (see ``hold_shifted_repeats``).
-    ``positions`` (ascending) and ``tokens`` are the decision's, as lists."""
-    words = row.words
+    step; the run's leftmost position keeps its score (see ``hold_shifted_repeats``)."""
+    words, positions, tokens = row.words, decision.positions, decision.tokens
     if words is None or len(positions) < 2:
         return
     held = [
@@ -961,7 +951,7 @@ def _anchored(row: _Row, decision: _Decision, chosen: list[int]) -> list[int]:
     """``chosen`` without each free-hole position that is neither next to a position that is
     not masked nor chained to one through other chosen positions (see ``anchored``); when
     none is left, the surest anchored position of the decision. Ascending."""
-    x, mask_id, positions = row.x.tolist(), row.canvas.mask_id, decision.position_list
+    x, mask_id, positions = row.x.tolist(), row.canvas.mask_id, decision.positions
 
     def fixed(p: int) -> bool:  # constrained, or next to written text or the canvas's edge
         return (not row.free_at[p] or p == 0 or x[p - 1] != mask_id
@@ -987,7 +977,7 @@ def _anchored(row: _Row, decision: _Decision, chosen: list[int]) -> list[int]:
 def _within_budget(decision: _Decision, chosen: list[int], budget: float) -> list[int]:
     """The likeliest of ``chosen`` (ties: the leftmost first) while their summed error
     probability 1 - p stays within ``budget``; at least the likeliest one. Ascending."""
-    prob = decision.prob_list
+    prob = decision.prob
     keep: list[int] = []
     spent = 0.0
     for i in sorted(chosen, key=lambda j: -prob[j]):  # a stable sort: ties keep their order
@@ -1002,7 +992,7 @@ def _apart(row: _Row, decision: _Decision, chosen: list[int], bar: float) -> lis
     """``chosen`` (ascending) without each position whose left neighbour in its hole is
     committed in the same step and whose probability is below ``bar``, walking left to right
     (a dropped position frees its right neighbour). The leftmost chosen position stays."""
-    positions, prob = decision.position_list, decision.prob_list
+    positions, prob = decision.positions, decision.prob
     keep: list[int] = []
     kept: set[int] = set()
     for i in sorted(chosen, key=positions.__getitem__):
@@ -1029,7 +1019,7 @@ def _release_ends(
     at least ``neighbour_threshold`` probability (it was judged with those positions
     masked), and whose hole has every earlier masked position committed in this same step: a
     hole the model is sure of ends in the pass that writes it, not one pass later."""
-    positions, probs = decision.position_list, decision.prob_list
+    positions, probs = decision.positions, decision.prob
     x, mask_id = row.x.tolist(), row.canvas.mask_id
     picked = set(chosen)
     committing = {positions[i] for i in picked}
@@ -1195,11 +1185,11 @@ def _flush(
             scores = _allowed_scores(row, eligible, logits, where)
             decision = _propose(row, eligible, scores, config)
             assert decision is not None
-            picks = zip(decision.position_list, decision.token_list, decision.prob_list, strict=True)
+            picks = zip(decision.positions, decision.tokens, decision.prob, strict=True)
             written, ended = _write(row, list(picks), config, no_repeats=False)
             committed.extend(written)
             padded.extend(ended)
-            probs.extend(decision.prob_list)
+            probs.extend(decision.prob)
     return committed, padded, probs
 
 
