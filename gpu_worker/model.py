@@ -167,12 +167,14 @@ class Window:
     rows, wherever they lie, locked text between their holes left out). ``from_cache`` [B, W]
     marks positions that keep the cache's keys and values (a row's filler up to the widest
     row's W): their outputs are computed but meaningless, and every other position sees
-    exactly what a window of the row's own positions would give.
+    exactly what a window of the row's own positions would give. With ``overwrite`` the
+    cache's tensors take the window's keys and values in place (see ``_splice``).
     """
 
     start: int = 0
     positions: torch.Tensor | None = None
     from_cache: torch.Tensor | None = None
+    overwrite: bool = False
 
     def last(self, w: int) -> int:
         """One past the furthest position of any row."""
@@ -191,7 +193,9 @@ def _splice(
     cached: torch.Tensor, fresh: torch.Tensor, window: Window, dim: int = 2
 ) -> torch.Tensor:
     """Cached [B,H,Lc,D] (or [B,Lc,...] with ``dim`` 1) with the window's positions replaced
-    by fresh, or appended when a shared run goes past the cache."""
+    by fresh, or appended when a shared run goes past the cache. Per-row positions with
+    ``window.overwrite`` write into ``cached`` itself: the same values without copying the
+    whole cache twice per layer."""
     if window.positions is None:
         end = window.start + fresh.shape[dim]
         parts = [cached.narrow(dim, 0, window.start), fresh]
@@ -204,6 +208,8 @@ def _splice(
     if window.from_cache is not None:
         keep = window.from_cache.view(shape).expand_as(fresh)
         fresh = torch.where(keep, cached.gather(dim, index), fresh)
+    if window.overwrite:
+        return cached.scatter_(dim, index, fresh)
     return cached.scatter(dim, index, fresh)
 
 
@@ -325,9 +331,10 @@ class StencilTransformer(nn.Module):
         With ``cache``, keys and values outside the window come from the cache (the window's
         own are recomputed, except where ``from_cache`` is True); without it the window is the
         whole sequence. With ``write_cache`` the returned cache holds the spliced keys and
-        values of every layer. See :class:`Window` for per-row ``positions``.
+        values of every layer; with per-row ``positions`` it is ``cache`` itself, updated in
+        place (the caller takes it back). See :class:`Window` for per-row ``positions``.
         """
-        window = Window(start, positions, from_cache)
+        window = Window(start, positions, from_cache, overwrite=write_cache and cache is not None)
         h, attn_mask, keys, values = self._hidden(
             ids, window, cache, attention_mask, write_cache, room
         )
@@ -410,7 +417,8 @@ class StencilTransformer(nn.Module):
         attention_mask: torch.Tensor | None,
         device: torch.device,
     ) -> torch.Tensor | None:
-        """Bool [B, 1, W, total]: True where a query may attend to a key."""
+        """Bool [B, 1, W, total]: True where a query may attend to a key; None when every
+        query may attend to every key (no mask is the cheaper attention path, same result)."""
         allowed: torch.Tensor | None = None
         q_pos = positions[:, :, None]  # [B or 1, W, 1]
         k_pos = torch.arange(total, device=device)[None, None, :]  # [1, 1, total]
@@ -421,6 +429,8 @@ class StencilTransformer(nn.Module):
                 raise ValueError(
                     f"attention_mask has shape {tuple(attention_mask.shape)}, expected {(b, total)}"
                 )
+            if allowed is None and bool(attention_mask.all()):
+                return None
             keys_ok = attention_mask.bool()[:, None, None, :]  # [B, 1, 1, total]
             allowed = keys_ok if allowed is None else allowed & keys_ok
             # A padded query row with no allowed key would give NaN: let it see itself.

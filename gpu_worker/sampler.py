@@ -949,7 +949,8 @@ def _select(row: _Row, decision: _Decision, quota: int, config: SamplerConfig) -
 
 def _anchored(row: _Row, decision: _Decision, chosen: list[int]) -> list[int]:
     """``chosen`` without each free-hole position that is neither next to a position that is
-    not masked nor chained to one through other chosen positions (see ``anchored``); when
+    not masked nor chained to one through other chosen positions of its hole (see
+    ``anchored``; a chain stops at a hole's edge, as ``_apart``'s neighbour bar does); when
     none is left, the surest anchored position of the decision. Ascending."""
     x, mask_id, positions = row.x.tolist(), row.canvas.mask_id, decision.positions
 
@@ -959,11 +960,12 @@ def _anchored(row: _Row, decision: _Decision, chosen: list[int]) -> list[int]:
 
     index = {positions[i]: i for i in chosen}
     kept = {p for p in index if fixed(p)}
+    hole_at = row.hole_at
     for p in sorted(index):  # chains growing rightwards from an anchor ...
-        if p - 1 in kept:
+        if p - 1 in kept and hole_at[p - 1] == hole_at[p]:
             kept.add(p)
-    for p in sorted(index, reverse=True):  # ... and leftwards
-        if p + 1 in kept:
+    for p in sorted(index, reverse=True):  # ... and leftwards, inside a hole
+        if p + 1 in kept and hole_at[p + 1] == hole_at[p]:
             kept.add(p)
     if kept:
         return sorted(index[p] for p in kept)

@@ -125,6 +125,20 @@ def test_per_row_windows_equal_each_rows_own_window(tokenizer: StencilTokenizer,
     with pytest.raises(ValueError, match="inside the cache"):
         model.forward_window(rows[:, :1], positions=torch.tensor([[0], [rows.shape[1]]]),
                              cache=cache)  # fmt: skip
+    # asked for the new cache, a per-row window writes into the one it was given: the
+    # same logits and keys as the copying splice, without the copy
+    copied = KVCache([k.clone() for k in cache.keys], [v.clone() for v in cache.values],
+                     None if cache.copy_keys is None else cache.copy_keys.clone(),
+                     None if cache.ids is None else cache.ids.clone())  # fmt: skip
+    window = rows.gather(1, positions)
+    kept, _ = model.forward_window(window, positions=positions, cache=copied, from_cache=filler)
+    written, fresh = model.forward_window(window, positions=positions, cache=cache,
+                                          from_cache=filler, write_cache=True)  # fmt: skip
+    assert fresh is not None and fresh.keys[0] is cache.keys[0]
+    assert torch.equal(kept, batched) and torch.equal(written, batched)
+    assert not torch.equal(copied.keys[-1], fresh.keys[-1])  # the window's keys went in
+    if copy_dim:
+        assert fresh.ids is cache.ids and fresh.ids is not None and torch.equal(fresh.ids, rows)
 
 
 @COPY_HEAD

@@ -447,12 +447,14 @@ class Beliefs(Stand):
 
 def four_words(
     tokenizer: StencilTokenizer, model: StencilTransformer, probs: list[float],
-    config: SamplerConfig,
+    config: SamplerConfig, *, two_holes: bool = False,
 ) -> tuple[list[list[int]], list[int], list[int]]:  # fmt: skip
-    """Denoise a four-token hole under :class:`Beliefs` sure of four words with ``probs``:
-    each step's committed positions (0-3), the words and the hole's ids after."""
-    canvas = canvas_of(tokenizer, [{"text": "Dear"}, {"hole": "a", "max_tokens": 4},
-                                   {"text": " the end."}])  # fmt: skip
+    """Denoise a four-token hole (``two_holes``: two two-token holes, touching) under
+    :class:`Beliefs` sure of four words with ``probs``: each step's committed positions
+    (0-3), the words and the holes' ids after."""
+    holes = ([{"hole": "a", "max_tokens": 2}, {"hole": "b", "max_tokens": 2}] if two_holes
+             else [{"hole": "a", "max_tokens": 4}])  # fmt: skip
+    canvas = canvas_of(tokenizer, [{"text": "Dear"}, *holes, {"text": " the end."}])
     start = canvas.holes[0].start
     words = [word_token(tokenizer, w) for w in (" Smith", " thank", " London", " for")]
     beliefs = zip(words, probs, strict=True)
@@ -485,6 +487,22 @@ def test_anchored_commits_grow_from_written_text_never_as_an_island(
         assert order == [[0], [1], [2], [3]]
     else:
         assert order[0] == [2]
+    assert written == words
+
+
+@pytest.mark.parametrize("anchored", [True, False])
+def test_an_anchored_chain_stops_at_the_edge_of_its_hole(
+    tokenizer: StencilTokenizer, model: StencilTransformer, anchored: bool
+) -> None:
+    config = SamplerConfig(commit_rule="threshold", threshold=0.5, anchored=anchored)
+    # holes a (0, 1) and b (2, 3) touch; a is written from "Dear", and b's first word is
+    # sure, but its neighbours are both masked when the pass begins
+    order, words, written = four_words(tokenizer, model, [0.99, 0.99, 0.99, 0.2], config,
+                                       two_holes=True)  # fmt: skip
+    if anchored:  # b starts only once a is written, as _apart's bar stops at a hole's edge
+        assert order == [[0, 1], [2], [3]]
+    else:
+        assert order[0] == [0, 1, 2]
     assert written == words
 
 
