@@ -46,6 +46,8 @@ BUDGET = (0.1, 2.0)  # threshold τ and error_budget of the budgeted config (cho
 BUDGETED = f"threshold-{BUDGET[0]}/budget-{BUDGET[1]:g}"
 ANCHOR = (0.1, 0.5)  # threshold τ and neighbour_threshold of the anchored config (val's choice)
 ANCHORED = f"threshold-{ANCHOR[0]}/anchored-{ANCHOR[1]:g}"
+FAST_ANCHOR = (0.1, 0.7)  # the fast preset's: with +delayed/once it is PRESETS["fast"]
+FAST = f"threshold-{FAST_ANCHOR[0]}/anchored-{FAST_ANCHOR[1]:g}"
 CACHES: dict[str, dict[str, Any]] = {  # name suffix -> the SamplerConfig fields it sets
     "+cache": {"cache": "dual"},
     "+delayed": {"cache": "delayed"},
@@ -53,7 +55,7 @@ CACHES: dict[str, dict[str, Any]] = {  # name suffix -> the SamplerConfig fields
 }
 DOC_CONFIGS = tuple(  # whole documents
     f"{name}{suffix}"
-    for name in ("threshold-0.9", "threshold-0.3", "threshold-0.1", BUDGETED, ANCHORED)
+    for name in ("threshold-0.9", "threshold-0.3", "threshold-0.1", BUDGETED, ANCHORED, FAST)
     for suffix in ("", *CACHES)
 )
 BLOCK = 32
@@ -83,9 +85,10 @@ def sampler_grid() -> dict[str, SamplerConfig]:
             commit_rule="threshold", threshold=tau, block_length=BLOCK, **RULES
         )
     exact[BUDGETED] = exact["threshold-0.1"].replace(threshold=BUDGET[0], error_budget=BUDGET[1])
-    exact[ANCHORED] = exact["threshold-0.1"].replace(
-        threshold=ANCHOR[0], anchored=True, neighbour_threshold=ANCHOR[1]
-    )
+    for name, (tau, bar) in ((ANCHORED, ANCHOR), (FAST, FAST_ANCHOR)):
+        exact[name] = exact["threshold-0.1"].replace(
+            threshold=tau, anchored=True, neighbour_threshold=bar
+        )
     grid = {}
     for name, config in exact.items():
         grid[name] = config

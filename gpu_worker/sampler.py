@@ -512,18 +512,22 @@ def _window_forward(
     outputs, wheres = _read_map(reads, windows, ids.shape[1], device)
     index = torch.tensor(stepping, device=device)
     everyone = len(stepping) == len(rows)
+    # Writing the window into the cache in place (write_cache) spares a copy of it per layer.
+    # The dual cache may take it too when every row steps: a block's own keys and values are
+    # recomputed at each of its steps, and rewritten by the refresh that begins the next.
     logits, fresh = windowed.forward_window(
         ids[index].gather(1, positions),
         positions=positions,
         cache=cache if everyone else _read_rows(cache, index),
         attention_mask=attention[index],
         from_cache=filler if bool(filler.any()) else None,
-        write_cache=delayed,
+        write_cache=delayed or everyone,
         outputs=outputs,
         **({} if room is None else {"room": room[index].gather(1, positions)}),
     )
-    if delayed:
+    if delayed or everyone:
         cache = fresh if everyone else _write_rows(cache, index, fresh)
+    if delayed:
         for b, window in zip(stepping, windows, strict=True):
             rows[b].cached_ids[window] = rows[b].x[window]
     return {b: (logits[i], wheres[i]) for i, b in enumerate(stepping)}, cache
