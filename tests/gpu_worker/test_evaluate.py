@@ -197,6 +197,27 @@ def test_threshold_study_pairs_each_config_with_even_on_the_same_cases(
     assert "| threshold-0.2 |" in markdown(results) and "4 val cases" in markdown(results)
 
 
+def test_the_bench_measures_the_fast_preset_and_the_preset_study_its_former_setting() -> None:
+    from bench.preset_study import BASELINE, candidates, markdown
+    from bench.sampler_bench import DOC_CONFIGS, FAST, sampler_grid
+    from gpu_worker.config import PRESETS
+
+    assert sampler_grid()[FAST + "+delayed/once"] == PRESETS["fast"]
+    assert FAST + "+delayed/once" in DOC_CONFIGS
+    chosen = candidates()
+    assert next(iter(chosen.values())) == BASELINE != PRESETS["fast"]
+    assert BASELINE.threshold == 0.7 and not BASELINE.anchored
+    now = [name for name, config in chosen.items() if config == PRESETS["fast"]]
+    assert len(now) == 1  # the study holds the preset now, and the table marks it
+    run = {"exact_match": 0.5, "forward_passes": 2.0, "tokens_per_forward": 2.0,
+           "seconds_per_case": 1.0}  # fmt: skip
+    results = {"split": "val", "model": "m", "command": "c",
+               "configs": {n: json.loads(c.to_json()) for n, c in chosen.items()},
+               **{label: {"cases": 1, "routes": {n: run for n in chosen}}
+                  for label in ("single holes", "drafts")}}  # fmt: skip
+    assert markdown(results).count(f"| **{now[0]}** |") == 2
+
+
 def test_the_bench_holes_drafts_so_entities_can_be_copied_and_values_so_they_cannot(
     corpus_tokenizer: StencilTokenizer, tmp_path: Path
 ) -> None:
