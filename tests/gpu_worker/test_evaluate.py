@@ -216,6 +216,13 @@ def test_the_bench_measures_the_fast_preset_and_the_preset_study_its_former_sett
                **{label: {"cases": 1, "routes": {n: run for n in chosen}}
                   for label in ("single holes", "drafts")}}  # fmt: skip
     assert markdown(results).count(f"| **{now[0]}** |") == 2
+    balanced = candidates("balanced")  # --preset balanced: the default preset as it is
+    first = next(iter(balanced))
+    assert balanced[first] == PRESETS["balanced"] and len(balanced) > 1
+    results.update(preset="balanced", configs={n: json.loads(c.to_json()) for n, c in balanced.items()},
+                   **{label: {"cases": 1, "routes": {n: run for n in balanced}}
+                      for label in ("single holes", "drafts")})  # fmt: skip
+    assert markdown(results).count(f"| **{first}** |") == 2
 
 
 def test_the_bench_holes_drafts_so_entities_can_be_copied_and_values_so_they_cannot(
