@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gpu_worker.corpus import (
@@ -155,7 +155,10 @@ def test_hole_token_ranges_decode_to_the_span_with_its_leading_space(
 @settings(max_examples=40, deadline=None)
 def test_holed_rows_tokenize_like_the_whole_document(index: int, keep: int) -> None:
     """What training rows show the model around a hole is what documents show it: a blank
-    line before a hole is "\n", "\n" there too, never the "\n\n" of a string's end."""
+    line before a hole is "\n", "\n" there too, never the "\n\n" of a string's end. That
+    holds wherever the document's own tokens break at the holes' edges; BPE may merge across
+    an edge (a hole ending in ")" before a locked ",": one ")," token), and a Canvas, which
+    tokenizes each segment apart, cannot show that merge either."""
     root = Path(__file__).resolve().parents[2]
     tokenizer = StencilTokenizer.from_file(root / "models" / "stencil-denoiser" / "tokenizer.json")
     doc = document_at("test", index)
@@ -165,7 +168,28 @@ def test_holed_rows_tokenize_like_the_whole_document(index: int, keep: int) -> N
             holes.append(span)
             end = span.end
     ids, _ = tokenize_with_holes(doc, holes, tokenizer.encode)
-    assert ids == tokenizer.encode(doc.text)
+    assert tokenizer.decode(ids) == doc.text
+    whole = tokenizer.tok.encode(doc.text, add_special_tokens=False)
+    breaks = {start for start, _ in whole.offsets} | {len(doc.text)}
+    edges = {at - 1 if at > 0 and doc.text[at - 1] == " " else at  # a hole takes its space
+             for span in holes for at in (span.start, span.end)}  # fmt: skip
+    assume(edges <= breaks)
+    assert ids == list(whole.ids)
+
+
+def test_a_merge_across_a_hole_edge_is_the_only_difference_from_the_document() -> None:
+    """The case Hypothesis found (test doc 181): a hole ending in ")" before a locked ","."""
+    root = Path(__file__).resolve().parents[2]
+    tokenizer = StencilTokenizer.from_file(root / "models" / "stencil-denoiser" / "tokenizer.json")
+    doc = document_at("test", 181)
+    hole = next(s for s in doc.spans if doc.span_text(s).endswith(")")
+                and doc.text[s.end] == ",")  # fmt: skip
+    ids, _ = tokenize_with_holes(doc, [hole], tokenizer.encode)
+    whole = tokenizer.encode(doc.text)
+    assert tokenizer.decode(ids) == doc.text and ids != whole
+    merged = tokenizer.encode("),")
+    assert len(merged) == 1 and merged[0] in whole and merged[0] not in ids
+    assert len(ids) == len(whole) + 1  # ")" "," for "),", nothing else
 
 
 def test_stats_cli_prints_pattern_counts_and_a_document_per_kind(
