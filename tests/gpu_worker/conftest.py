@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from pathlib import Path
 
@@ -33,6 +34,13 @@ def corpus() -> list[str]:
 @pytest.fixture(scope="session")
 def tokenizer() -> StencilTokenizer:
     return StencilTokenizer.train(corpus(), vocab_size=400)
+
+
+@functools.cache
+def shipped_tokenizer() -> StencilTokenizer:
+    """The shipped denoiser's tokenizer (a plain function: Hypothesis tests call it too)."""
+    root = Path(__file__).resolve().parents[2]
+    return StencilTokenizer.from_file(root / "models" / "stencil-denoiser" / "tokenizer.json")
 
 
 def make_model(

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import random
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +15,7 @@ from gpu_worker.canvas import parse_canvas
 from gpu_worker.constraints import ChoiceConstraint, PatternConstraint
 from gpu_worker.corpus import document_at
 from gpu_worker.tokenizer import StencilTokenizer
+from tests.gpu_worker.conftest import shipped_tokenizer
 
 MAX_LEN = 160
 SENTENCES = [
@@ -72,12 +71,6 @@ def test_a_canvas_whose_holes_hold_the_original_text_tokenizes_like_the_original
         return
     canvas = parse({"segments": segments}, tokenizer)
     assert canvas.filled_ids(fills, tokenizer) == tokenizer.encode(sentence)
-
-
-@functools.cache
-def shipped_tokenizer() -> StencilTokenizer:
-    root = Path(__file__).resolve().parents[2]
-    return StencilTokenizer.from_file(root / "models" / "stencil-denoiser" / "tokenizer.json")
 
 
 @settings(max_examples=60, deadline=None)

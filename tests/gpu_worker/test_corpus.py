@@ -24,6 +24,7 @@ from gpu_worker.corpus import (
 )
 from gpu_worker.phrases import BANKS, is_held_out
 from gpu_worker.tokenizer import StencilTokenizer
+from tests.gpu_worker.conftest import shipped_tokenizer
 
 seeds = st.integers(min_value=0, max_value=10**6)
 kinds = st.sampled_from(KINDS)
@@ -159,8 +160,7 @@ def test_holed_rows_tokenize_like_the_whole_document(index: int, keep: int) -> N
     holds wherever the document's own tokens break at the holes' edges; BPE may merge across
     an edge (a hole ending in ")" before a locked ",": one ")," token), and a Canvas, which
     tokenizes each segment apart, cannot show that merge either."""
-    root = Path(__file__).resolve().parents[2]
-    tokenizer = StencilTokenizer.from_file(root / "models" / "stencil-denoiser" / "tokenizer.json")
+    tokenizer = shipped_tokenizer()
     doc = document_at("test", index)
     holes, end = [], 0
     for i, span in enumerate(sorted(doc.spans, key=lambda s: s.start)):
@@ -179,8 +179,7 @@ def test_holed_rows_tokenize_like_the_whole_document(index: int, keep: int) -> N
 
 def test_a_merge_across_a_hole_edge_is_the_only_difference_from_the_document() -> None:
     """The case Hypothesis found (test doc 181): a hole ending in ")" before a locked ","."""
-    root = Path(__file__).resolve().parents[2]
-    tokenizer = StencilTokenizer.from_file(root / "models" / "stencil-denoiser" / "tokenizer.json")
+    tokenizer = shipped_tokenizer()
     doc = document_at("test", 181)
     hole = next(s for s in doc.spans if doc.span_text(s).endswith(")")
                 and doc.text[s.end] == ",")  # fmt: skip

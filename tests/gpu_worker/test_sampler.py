@@ -476,33 +476,27 @@ def test_an_error_budget_commits_the_likeliest_tokens_while_their_error_sum_fits
     assert written == words
 
 
+# (probabilities of the four words, two touching holes, the passes anchored, the first
+# pass unanchored): only the third word sure, amid masked positions (an island); holes a
+# (0, 1) and b (2, 3) touching, a written from "Dear", b's first word sure but both its
+# neighbours masked when the pass begins (b starts only once a is written, as _apart's bar
+# stops at a hole's edge)
+ANCHORING = [([0.3, 0.3, 0.99, 0.2], False, [[0], [1], [2], [3]], [2]),
+             ([0.99, 0.99, 0.99, 0.2], True, [[0, 1], [2], [3]], [0, 1, 2])]  # fmt: skip
+
+
 @pytest.mark.parametrize("anchored", [True, False])
-def test_anchored_commits_grow_from_written_text_never_as_an_island(
-    tokenizer: StencilTokenizer, model: StencilTransformer, anchored: bool
-) -> None:
+@pytest.mark.parametrize(("probs", "two_holes", "passes", "first"), ANCHORING)
+def test_anchored_commits_grow_from_written_text_inside_their_hole(
+    tokenizer: StencilTokenizer, model: StencilTransformer, anchored: bool, probs: list[float],
+    two_holes: bool, passes: list[list[int]], first: list[int],
+) -> None:  # fmt: skip
     config = SamplerConfig(commit_rule="threshold", threshold=0.5, anchored=anchored)
-    # the model is sure only of the third word, amid masked positions: an island
-    order, words, written = four_words(tokenizer, model, [0.3, 0.3, 0.99, 0.2], config)
+    order, words, written = four_words(tokenizer, model, probs, config, two_holes=two_holes)
     if anchored:  # the surest anchored position first, then each next to written text
-        assert order == [[0], [1], [2], [3]]
+        assert order == passes
     else:
-        assert order[0] == [2]
-    assert written == words
-
-
-@pytest.mark.parametrize("anchored", [True, False])
-def test_an_anchored_chain_stops_at_the_edge_of_its_hole(
-    tokenizer: StencilTokenizer, model: StencilTransformer, anchored: bool
-) -> None:
-    config = SamplerConfig(commit_rule="threshold", threshold=0.5, anchored=anchored)
-    # holes a (0, 1) and b (2, 3) touch; a is written from "Dear", and b's first word is
-    # sure, but its neighbours are both masked when the pass begins
-    order, words, written = four_words(tokenizer, model, [0.99, 0.99, 0.99, 0.2], config,
-                                       two_holes=True)  # fmt: skip
-    if anchored:  # b starts only once a is written, as _apart's bar stops at a hole's edge
-        assert order == [[0, 1], [2], [3]]
-    else:
-        assert order[0] == [0, 1, 2]
+        assert order[0] == first
     assert written == words
 
 
