@@ -89,7 +89,9 @@ def _load_stencil(directory: Path, *, device: str | torch.device) -> LoadedModel
         name=directory.name,
         directory=directory,
         network=network,
-        tokenizer=StencilTokenizer.from_file(directory / "tokenizer.json"),
+        tokenizer=StencilTokenizer.from_file(
+            directory / "tokenizer.json", virtual_spaces=bool(config.get("virtual_spaces", False))
+        ),
         weights_sha256=file_sha256(directory / "model.safetensors"),
         tokenizer_sha256=file_sha256(directory / "tokenizer.json"),
         kind=str(config["kind"]),

@@ -10,6 +10,10 @@ around the boundary look like training text. The space still belongs to the lock
 document is assembled from the locked strings and the holes' texts with the prefix stripped, so
 locked text comes back byte-identical whatever the hole holds (even an empty hole).
 
+A model trained with virtual spaces (``ModelConfig.virtual_spaces``) also gives a hole that
+starts a line or a JSON string value a forced prefix " " that is in no locked text: the word
+is written as it is inside a line (" Joshua") and the space is stripped like a moved one.
+
 A JSON Schema hole becomes a skeleton: its keys and punctuation are locked tokens owned by the
 hole, its values are typed sub-holes named ``<hole>.<path>``.
 """
@@ -52,7 +56,8 @@ class Hole:
     start: int  # first canvas position
     max_len: int  # positions reserved for the hole
     constraint: HoleConstraint | None  # enforced while decoding; None = free text
-    prefix: str = ""  # text the first token must start with (a moved locked space), or ""
+    prefix: str = ""  # text the first token must start with (a moved locked space or a
+    # virtual one, see StencilTokenizer.virtual_prefix), or ""
 
     @property
     def end(self) -> int:
@@ -296,9 +301,12 @@ def _tokenize(
             pieces.append(Piece(item.text, None, item.group))
             pending += item.text
             continue
-        prefix = FORCED_PREFIX if pending.endswith(FORCED_PREFIX) else ""
-        _append_locked(pending[: len(pending) - len(prefix)], tokenizer, ids, protect,
-                       before_hole=True)  # fmt: skip
+        if pending.endswith(FORCED_PREFIX):  # the locked space moves into the hole
+            prefix, locked = FORCED_PREFIX, pending[: -len(FORCED_PREFIX)]
+        else:  # a virtual space where the tokenizer has them, else none
+            prefix = tokenizer.virtual_prefix(pending, at_document_start=not ids and not pending)
+            locked = pending
+        _append_locked(locked, tokenizer, ids, protect, before_hole=True)
         pending = ""
         constraint, length = _hole_constraint(item, tokenizer, table, prefix)
         _check_fits(len(ids) + length, max_len)

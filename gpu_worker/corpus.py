@@ -27,7 +27,7 @@ from datetime import date, timedelta
 from typing import Any, Literal
 
 from gpu_worker.phrases import BANKS, Bank, is_held_out
-from gpu_worker.tokenizer import encode_before_word
+from gpu_worker.tokenizer import encode_before_word, opens_line_or_value
 
 Split = Literal["train", "val", "test"]
 SpanKind = Literal["entity", "date", "number", "choice", "json_value", "sentence", "field"]
@@ -602,6 +602,7 @@ def tokenize_with_holes(
     encode: Callable[[str], list[int]],
     *,
     document_boundaries: bool = True,
+    virtual_spaces: bool = False,
 ) -> tuple[list[int], list[tuple[int, int]]]:
     """Token ids of ``doc`` with cuts at the holes' boundaries only, and each hole's token
     range ``[start, end)``, in the order given; holes must not overlap.
@@ -612,7 +613,10 @@ def tokenize_with_holes(
     token carries its leading space (" Smith"). With its own text in every hole that is the
     document's own tokenization wherever the holes start and end at word boundaries.
     ``document_boundaries=False`` tokenizes locked text before a hole on its own, as Canvases
-    did before (training phases that ran then are reproduced with it).
+    did before (training phases that ran then are reproduced with it). With
+    ``virtual_spaces`` a hole that starts the document, a line or a JSON string value is
+    tokenized with a leading space, as a Canvas for such a model tokenizes it (see
+    ``StencilTokenizer.virtual_prefix``): its first token then carries the space (" Joshua").
     """
     order = sorted(range(len(holes)), key=lambda i: holes[i].start)
     ids: list[int] = []
@@ -626,7 +630,10 @@ def tokenize_with_holes(
         if locked:
             ids.extend(encode_before_word(encode, locked) if document_boundaries else encode(locked))
         first = len(ids)
-        ids.extend(encode(doc.text[a:b]) if b > a else [])
+        virtual = virtual_spaces and a == holes[i].start and (
+            a == 0 or (locked != "" and opens_line_or_value(locked))
+        )
+        ids.extend(encode((" " if virtual else "") + doc.text[a:b]) if b > a else [])
         ranges[i] = (first, len(ids))
         cursor = b
     ids.extend(encode(doc.text[cursor:]) if cursor < len(doc.text) else [])

@@ -64,6 +64,11 @@ class ModelConfig:
     # Zero-initialised, so adding it to a trained model changes nothing until it is trained.
     # 0 = none (the sampler then passes no room).
     room_buckets: int = 0
+    # Virtual spaces: a hole that starts a line or a JSON string value is written with a
+    # leading space the document does not have (" Joshua", one token, where the document's
+    # own line-start "Joshua" is "Jos", "hua"), and the space is stripped. A tokenization
+    # rule the model is trained with, so it lives here; see tokenizer.opens_line_or_value.
+    virtual_spaces: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # free-form provenance (corpus, seed)
 
     @property

@@ -5,6 +5,7 @@ Special tokens are looked up by name from the trained ``tokenizer.json``; no id 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ class SpecialIds:
 class StencilTokenizer:
     """Thin wrapper: encode / decode without special-token handling surprises."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, *, virtual_spaces: bool = False) -> None:
         # Text that spells a special token ("<|mask|>" typed into a field) is encoded as
         # ordinary text, never as the special id: only the canvas places special tokens.
         tokenizer.encode_special_tokens = True
@@ -49,10 +50,24 @@ class StencilTokenizer:
             fim_suffix=ids[FIM_SUFFIX], fim_middle=ids[FIM_MIDDLE],
         )  # fmt: skip
         self._special_set = {i for i in ids.values() if i is not None}
+        # Whether a hole that starts a line or a JSON string value begins with a virtual
+        # space (see virtual_prefix): how the model was trained, so it comes from the model's
+        # config (ModelConfig.virtual_spaces), not from tokenizer.json.
+        self.virtual_spaces = virtual_spaces
 
     @classmethod
-    def from_file(cls, path: Path) -> StencilTokenizer:
-        return cls(Tokenizer.from_file(str(path)))
+    def from_file(cls, path: Path, *, virtual_spaces: bool = False) -> StencilTokenizer:
+        return cls(Tokenizer.from_file(str(path)), virtual_spaces=virtual_spaces)
+
+    def virtual_prefix(self, locked: str, *, at_document_start: bool = False) -> str:
+        """" " where this tokenizer gives a hole a virtual leading space, else "".
+
+        ``locked`` is the locked text between the previous hole (or the document's start)
+        and the hole. See :func:`opens_line_or_value`.
+        """
+        if self.virtual_spaces and (at_document_start or opens_line_or_value(locked)):
+            return " "
+        return ""
 
     @classmethod
     def train(cls, texts: Iterable[str], *, vocab_size: int) -> StencilTokenizer:
@@ -103,6 +118,20 @@ class StencilTokenizer:
     def token_text(self, token_id: int) -> str:
         """The decoded text of one token ('' for a special token)."""
         return self.decode([token_id])
+
+
+# Byte-level BPE learns words with their leading space (" Joshua", one token) and splits the
+# same word without it ("Jos", "hua") when it starts a line or a JSON string: text the model
+# can hardly copy into a hole there. With virtual spaces a hole at such a place is written with
+# a leading space that is not in the document (its forced prefix, see gpu_worker.canvas):
+# the model writes " Joshua" and the document reads "Joshua".
+_OPENS = re.compile(r'(?:\n|:[ \t]*")\Z')
+
+
+def opens_line_or_value(locked: str) -> bool:
+    """Whether a hole right after ``locked`` starts a line or a JSON string value (locked
+    text ending in a newline, or in a colon and an opening quote)."""
+    return _OPENS.search(locked) is not None
 
 
 WORD_PROBE = "a"  # stands for the word that follows text tokenized by encode_before_word

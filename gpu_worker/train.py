@@ -98,6 +98,10 @@ class TrainConfig:
     # is "\n", "\n", as before a word), which is how a Canvas tokenizes it. Phases that ran
     # before this existed tokenized that text on its own ("\n\n", one token): False.
     document_boundaries: bool = True
+    # Holes that start a line or a JSON string value are tokenized with a virtual leading
+    # space (ModelConfig.virtual_spaces), so the model writes " Joshua", not "Jos", "hua".
+    # Phases before this existed: False.
+    virtual_spaces: bool = False
     min_t: float = 1e-3  # t ~ U(min_t, 1): 1/t stays finite
     fim_rate: float = 0.9  # AR-FIM: share of rows in PSM order
     suffix_cut_prob: float = 0.5  # AR-FIM: share of FIM rows whose suffix is cut short
@@ -242,8 +246,8 @@ def denoiser_example(
         return Example(inputs, ids, weights, "uniform")
     template = rng.random() < cfg.template_prob
     holes = (template and template_holes(doc, rng, cfg.invent_prob)) or pick_holes(doc, rng, cfg)
-    ids, ranges = tokenize_with_holes(doc, holes, encode,
-                                      document_boundaries=cfg.document_boundaries)  # fmt: skip
+    ids, ranges = tokenize_with_holes(doc, holes, encode, document_boundaries=cfg.document_boundaries,
+                                      virtual_spaces=cfg.virtual_spaces)  # fmt: skip
     targets: list[int] = []
     in_hole: list[bool] = []
     budgets: list[tuple[int, int, int]] = []  # (start, content end, budget end) in targets
@@ -278,8 +282,8 @@ def fim_example(
         seq = (encode(doc.text) + [mc.eos_id])[: cfg.max_len + 1]
         return _next_token_example(seq, "plain")
     holes = pick_holes(doc, rng, cfg)[:1]
-    ids, ranges = tokenize_with_holes(doc, holes, encode,
-                                      document_boundaries=cfg.document_boundaries)  # fmt: skip
+    ids, ranges = tokenize_with_holes(doc, holes, encode, document_boundaries=cfg.document_boundaries,
+                                      virtual_spaces=cfg.virtual_spaces)  # fmt: skip
     a, b = ranges[0]
     suffix = ids[b:]
     if suffix and rng.random() < cfg.suffix_cut_prob:
@@ -404,7 +408,8 @@ def copy_probe(
         if not repeated:
             continue
         first = doc.spans[min(repeated, key=lambda i: doc.spans[i].start)]
-        ids, ((a, b),) = tokenize_with_holes(doc, [first], tok.encode)
+        ids, ((a, b),) = tokenize_with_holes(doc, [first], tok.encode,
+                                             virtual_spaces=mc.virtual_spaces)  # fmt: skip
         if len(ids) > mc.max_len:
             continue
         inputs = torch.tensor([ids], device=next(model.parameters()).device)
@@ -468,6 +473,7 @@ def model_config(cfg: TrainConfig, tok: StencilTokenizer) -> ModelConfig:
         d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
         ffn_hidden=cfg.ffn_hidden, max_len=cfg.max_len + 1, copy_dim=cfg.copy_dim,
         room_buckets=cfg.room_buckets, copy_twins=cfg.copy_twins,
+        virtual_spaces=cfg.virtual_spaces,
         extra={"corpus": "gpu_worker.corpus train split", "seed": cfg.seed},
     )  # fmt: skip
 
@@ -888,6 +894,8 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
                     command += f" --{key.replace('_', '-')} {value}"
         if not cfg.get("document_boundaries", False):
             command += " --segment-boundaries"
+        if cfg.get("virtual_spaces"):
+            command += " --virtual-spaces"
         if n:  # a phase of its own: its own checkpoint (a checkpoint resumes only its own run)
             command += (f" --init-from models/{out.name}"
                         f" --checkpoint var/train/{out.name}/phase-{n + 1}.pt")  # fmt: skip
@@ -914,6 +922,11 @@ def train_tokenizer(out: Path, *, docs: int = TOKENIZER_DOCS) -> StencilTokenize
     out.parent.mkdir(parents=True, exist_ok=True)
     tok.save(out)
     return tok
+
+
+def _config_of(directory: Path) -> dict[str, Any]:
+    path = directory / "config.json"
+    return dict(json.loads(path.read_text())) if path.is_file() else {}
 
 
 def _previous_training(directory: Path) -> dict[str, Any]:
@@ -971,6 +984,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--segment-boundaries", action="store_true",
                         help="hole rows tokenize locked text before a hole on its own "
                              "(how phases before TrainConfig.document_boundaries ran)")  # fmt: skip
+    parser.add_argument("--virtual-spaces", action="store_true",
+                        help="holes that start a line or a JSON string value are written "
+                             "with a virtual leading space (see ModelConfig.virtual_spaces)")
     parser.add_argument("--checkpoint", type=Path, help="default var/train/<out name>/ckpt.pt")
     parser.add_argument("--init-from", type=Path,
                         help="start from this model directory's weights (new modules seeded)")
@@ -1005,9 +1021,12 @@ def main(argv: list[str] | None = None) -> None:
         eval_every=args.eval_every, long_pad_prob=args.long_pad_prob,
         template_prob=args.template_prob, ordered_hole_prob=args.ordered_hole_prob,
         invent_prob=args.invent_prob, checkpoint_every=args.checkpoint_every,
-        document_boundaries=not args.segment_boundaries,
+        document_boundaries=not args.segment_boundaries, virtual_spaces=args.virtual_spaces,
     )  # fmt: skip
     checkpoint = args.checkpoint or Path("var/train") / args.out.name / "ckpt.pt"
+    if args.init_from and not args.virtual_spaces and _config_of(args.init_from).get("virtual_spaces"):
+        parser.error(f"{args.init_from} was trained with --virtual-spaces: pass it again "
+                     "(a phase without it would tokenize its holes another way)")  # fmt: skip
     previous = _previous_training(args.init_from) if args.init_from else None
     if previous is not None and "training" in previous:
         seen = max(p["config"].get("data_offset", 0) + p["steps"]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gpu_worker.canvas import parse_canvas
 from gpu_worker.constraints import ChoiceConstraint, PatternConstraint
-from gpu_worker.corpus import document_at
+from gpu_worker.corpus import document_at, tokenize_with_holes
 from gpu_worker.tokenizer import StencilTokenizer
 from tests.gpu_worker.conftest import shipped_tokenizer
 
@@ -97,6 +97,78 @@ def test_a_corpus_document_holed_at_its_spans_tokenizes_like_the_original(
     assume(fills)
     canvas = parse({"segments": [s for s in segments if s.get("text") != ""]}, tokenizer, 2048)
     assert canvas.filled_ids(fills, tokenizer) == tokenizer.encode(doc.text)
+
+
+def virtual_tokenizer() -> StencilTokenizer:
+    """The shipped tokenizer as a model trained with virtual spaces reads it."""
+    return StencilTokenizer(shipped_tokenizer().tok, virtual_spaces=True)
+
+
+def test_holes_that_start_a_line_or_a_json_value_get_a_virtual_space() -> None:
+    """Only with a model trained for it: the document's start, after a newline and after
+    ': "'; a real locked space still moves; after a bare colon nothing is added."""
+    segments = [
+        {"hole": "greeting", "max_tokens": 4}, {"text": ",\nKind regards,\n"},
+        {"hole": "name", "max_tokens": 6}, {"text": '\n{"name": "'},
+        {"hole": "value", "max_tokens": 6}, {"text": '", "n":'}, {"hole": "n", "max_tokens": 3},
+        {"text": ', "id": '}, {"hole": "id", "max_tokens": 3}, {"text": "}"},
+    ]  # fmt: skip
+    fills = {"greeting": "Hello", "name": "Joshua Nunez", "value": "Laurie Bryant", "n": "7",
+             "id": "8"}  # fmt: skip
+    text = "Hello,\nKind regards,\nJoshua Nunez\n{\"name\": \"Laurie Bryant\", \"n\":7, \"id\": 8}"
+    plain, virtual = shipped_tokenizer(), virtual_tokenizer()
+    before = parse({"segments": segments}, plain, 256)
+    assert {h.name: h.prefix for h in before.holes} == {
+        "greeting": "", "name": "", "value": "", "n": "", "id": " "}  # fmt: skip
+    assert before.filled_ids(fills, plain) == plain.encode(text)
+    canvas = parse({"segments": segments}, virtual, 256)
+    assert {h.name: h.prefix for h in canvas.holes} == {
+        "greeting": " ", "name": " ", "value": " ", "n": "", "id": " "}  # fmt: skip
+    assert canvas.ids[canvas.protect].tolist() == before.ids[before.protect].tolist()
+    name = next(h for h in canvas.holes if h.name == "name")
+    joshua = virtual.encode(" Joshua")  # one token; at a line's start the name splits
+    assert len(joshua) == 1 and len(plain.encode("Joshua")) > 1
+    assert joshua[0] in canvas.filled_ids(fills, virtual)
+    assert joshua[0] not in before.filled_ids(fills, plain)
+    for token_id in canvas.allowed[name.start].nonzero().squeeze(-1).tolist():
+        assert virtual.token_text(token_id).startswith(" ") or token_id in canvas.terminators()
+    row = canvas.ids.clone()  # each hole holds its fill's tokens (virtual space included)
+    for hole in canvas.holes:
+        tokens = virtual.encode(hole.prefix + fills[hole.name])
+        row[hole.start : hole.end] = canvas.pad_id
+        row[hole.start : hole.start + len(tokens)] = torch.tensor(tokens)
+    assert canvas.hole_texts(row, virtual) == fills  # the virtual space is stripped
+    assert canvas.document(row, virtual) == text
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 400), st.randoms(use_true_random=False))
+def test_a_holed_document_tokenizes_as_the_training_rows_do_with_virtual_spaces(
+    index: int, rnd: random.Random
+) -> None:
+    """A Canvas for a model with virtual spaces, its holes holding the original text, has
+    the tokens of the training row holed at the same spans (corpus.tokenize_with_holes)."""
+    tokenizer = virtual_tokenizer()
+    doc = document_at("test", index)
+    spans, cursor = [], 0
+    for span in sorted(doc.spans, key=lambda s: s.start):
+        if span.start >= cursor and span.end > span.start and rnd.random() < 0.5:
+            spans.append(span)
+            cursor = span.end
+    assume(spans)
+    segments: list[dict[str, Any]] = []
+    fills: dict[str, str] = {}
+    cursor = 0
+    for span in spans:
+        segments.append({"text": doc.text[cursor : span.start]})
+        name = f"h{len(fills)}"
+        fills[name] = doc.text[span.start : span.end]
+        segments.append({"hole": name, "max_tokens": len(tokenizer.encode(fills[name])) + 2})
+        cursor = span.end
+    segments.append({"text": doc.text[cursor:]})
+    canvas = parse({"segments": [s for s in segments if s.get("text") != ""]}, tokenizer, 2048)
+    row, _ = tokenize_with_holes(doc, spans, tokenizer.encode, virtual_spaces=True)
+    assert canvas.filled_ids(fills, tokenizer) == row
 
 
 @settings(max_examples=40, deadline=None)

@@ -23,7 +23,7 @@ from gpu_worker.corpus import (
     tokenize_with_holes,
 )
 from gpu_worker.phrases import BANKS, is_held_out
-from gpu_worker.tokenizer import StencilTokenizer
+from gpu_worker.tokenizer import StencilTokenizer, opens_line_or_value
 from tests.gpu_worker.conftest import shipped_tokenizer
 
 seeds = st.integers(min_value=0, max_value=10**6)
@@ -189,6 +189,39 @@ def test_a_merge_across_a_hole_edge_is_the_only_difference_from_the_document() -
     merged = tokenizer.encode("),")
     assert len(merged) == 1 and merged[0] in whole and merged[0] not in ids
     assert len(ids) == len(whole) + 1  # ")" "," for "),", nothing else
+
+
+@given(index=st.integers(min_value=0, max_value=5000))
+@settings(max_examples=30, deadline=None)
+def test_with_virtual_spaces_a_hole_opening_a_line_or_a_json_value_carries_a_space(
+    index: int,
+) -> None:
+    """Rows for a model with virtual spaces: such a hole's tokens spell its text with one
+    leading space; every other hole's and all locked tokens are the plain rows'."""
+    tokenizer = shipped_tokenizer()
+    doc = document_at("test", index)
+    holes, end = [], 0
+    for span in sorted(doc.spans, key=lambda s: s.start):
+        if span.start >= end and span.end > span.start:
+            holes.append(span)
+            end = span.end
+    plain, plain_ranges = tokenize_with_holes(doc, holes, tokenizer.encode)
+    ids, ranges = tokenize_with_holes(doc, holes, tokenizer.encode, virtual_spaces=True)
+    opened = 0
+    previous_end = 0
+    for span, (a, b), (pa, pb) in zip(holes, ranges, plain_ranges, strict=True):
+        before = doc.text[previous_end : span.start]
+        opens = span.start == 0 or (before != "" and opens_line_or_value(before))
+        text = tokenizer.decode(ids[a:b])
+        assert text == (" " + doc.span_text(span) if opens else tokenizer.decode(plain[pa:pb]))
+        opened += opens
+        previous_end = span.end
+    def locked(row: list[int], spans: list[tuple[int, int]]) -> list[int]:
+        inside = {p for a, b in spans for p in range(a, b)}
+        return [t for p, t in enumerate(row) if p not in inside]
+
+    assert locked(ids, ranges) == locked(plain, plain_ranges)
+    assert (ids == plain) == (opened == 0)
 
 
 def test_stats_cli_prints_pattern_counts_and_a_document_per_kind(

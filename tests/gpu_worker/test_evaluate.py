@@ -14,14 +14,17 @@ from gpu_worker.backends import load_backend
 from gpu_worker.corpus import KINDS, Document, document_at, iter_split
 from gpu_worker.evaluate import (
     HOLE_KINDS,
+    STARTS,
     build_cases,
     evaluate,
+    hole_start,
     is_valid,
     judged_nll,
     locked_preserved,
     main,
     markdown_table,
     sample_case,
+    starts_table,
     write_report,
     write_samples,
 )
@@ -105,6 +108,31 @@ def test_tiny_models_run_end_to_end_and_keep_locked_text(
     assert (tmp_path / "eval" / "exact_match.png").is_file()
     assert "| entity_right | 1 |" in markdown_table(results)
     assert "exact, spaces counted (D / AR)" in markdown_table(results)
+    assert all(case["starts"] in STARTS for case in results["cases"])
+    assert "## Exact match by where the hole starts" in (tmp_path / "eval" / "REPORT.md").read_text()
+
+
+def test_holes_are_told_apart_by_where_they_start_and_tabled() -> None:
+    seen: dict[str, str] = {}
+    for index in range(40):
+        doc = document_at("test", index)
+        for span in doc.spans:
+            before = doc.text[: span.start]
+            where = hole_start(doc, span)
+            seen.setdefault(where, before[-4:])
+            assert (where == "line") == (before == "" or before.endswith("\n"))
+            assert (where == "value") == before.endswith(': "')  # the corpus's JSON spelling
+    assert set(seen) == set(STARTS)
+    cases = [{"model": "denoiser", "exact": 1.0, "starts": "line"},
+             {"model": "ar_fim", "exact": 0.0, "starts": "line"},
+             {"model": "denoiser", "exact": 0.0, "starts": "value"},
+             {"model": "denoiser", "exact": 1.0, "starts": "value"},
+             {"model": "ar_fim", "exact": 1.0, "starts": "value"},
+             {"model": "ar_fim", "exact": 1.0, "starts": "value"}]  # fmt: skip
+    table = starts_table({"cases": cases})
+    assert "| a line (or the document) | 1 | 1.00 / 0.00 |" in table
+    assert "| a JSON string value | 2 | 0.50 / 1.00 |" in table
+    assert "inside a line" not in table  # no case starts there
 
 
 def test_samples_show_every_kind_beside_ar_fim_with_the_judged_table(

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from safetensors.torch import load_file
 
+from gpu_worker.backends import load_backend
 from gpu_worker.corpus import document_at, iter_split
 from gpu_worker.model import StencilTransformer, count_flops_per_token, load_model
 from gpu_worker.model import save_model as save_model_dir
@@ -214,6 +215,29 @@ def test_fim_rows_put_the_middle_after_prefix_and_suffix(corpus_tokenizer: Stenc
     assert ex.targets == seq[1:]
 
 
+def test_rows_with_virtual_spaces_differ_only_by_a_space_opening_some_holes(
+    corpus_tokenizer: StencilTokenizer,
+) -> None:
+    """Both kinds of hole rows follow TrainConfig.virtual_spaces (as the model's Canvases
+    will): the same holes, the same text, and one more space where a hole opens a line."""
+    differ = 0
+    for kind, make in (("denoiser", denoiser_example), ("ar_fim", fim_example)):
+        for index in range(12):
+            doc = document_at("train", index)
+            rows = []
+            for virtual in (False, True):
+                cfg = _cfg(kind, hole_fraction=1.0, fim_rate=1.0, virtual_spaces=virtual)
+                mc = model_config(cfg, corpus_tokenizer)
+                assert mc.virtual_spaces is virtual
+                ex = make(doc, corpus_tokenizer.encode, random.Random(index), cfg, mc)
+                rows.append(corpus_tokenizer.decode(ex.targets))
+            plain, spaced = rows
+            assert spaced.replace(" ", "") == plain.replace(" ", "")
+            assert len(spaced) >= len(plain)
+            differ += spaced != plain
+    assert differ >= 4
+
+
 def test_batches_are_a_pure_function_of_seed_and_step(corpus_tokenizer: StencilTokenizer) -> None:
     cfg = _cfg()
     mc = model_config(cfg, corpus_tokenizer)
@@ -380,6 +404,19 @@ def test_a_continuation_adds_a_copy_head_and_its_card_adds_up_both_phases(
     spaced, bare = StencilTokenizer.from_file(tokenizer_file).space_twins()
     assert loaded.copy.twins.tolist() == [spaced, bare] and spaced != bare
     assert "--room-buckets 16 --copy-twins --no-bf16 --init-from" in (out / "MODEL_CARD.md").read_text()
+    assert load_backend(out).tokenizer.virtual_spaces is False
+
+    fifth = _tiny_cli(out, tokenizer_file, tmp_path / "e.pt", "--copy-dim", "8",
+                      "--room-buckets", "16", "--copy-twins", "--virtual-spaces",
+                      "--init-from", str(out))  # fmt: skip
+    assert fifth["config"]["virtual_spaces"] is True and load_model(out).config.virtual_spaces
+    assert load_backend(out).tokenizer.virtual_spaces is True  # canvases follow the model
+    card = (out / "MODEL_CARD.md").read_text()
+    assert card.count("--virtual-spaces") == 1  # the last phase's recipe only
+    with pytest.raises(SystemExit):  # a later phase may not drop it silently
+        _tiny_cli(out, tokenizer_file, tmp_path / "f.pt", "--copy-dim", "8",
+                  "--room-buckets", "16", "--copy-twins", "--init-from", str(out))  # fmt: skip
+    assert load_model(out).config.virtual_spaces  # nothing was written
 
 
 def test_initial_weights_of_another_architecture_are_refused(tokenizer_file: Path, tmp_path: Path) -> None:
