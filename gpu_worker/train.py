@@ -869,6 +869,10 @@ def _compute_rows(summary: dict[str, Any]) -> list[str]:
         "(`ModelConfig.copy_twins`) |"
         if cfg.get("copy_twins")
         else "| copy twins | no |",
+        "| virtual spaces | yes: a hole that starts a line or a JSON string value is written "
+        "with a leading space, then stripped (`ModelConfig.virtual_spaces`) |"
+        if cfg.get("virtual_spaces")
+        else "| virtual spaces | no |",
     ]
     return rows
 

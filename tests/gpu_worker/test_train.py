@@ -413,6 +413,7 @@ def test_a_continuation_adds_a_copy_head_and_its_card_adds_up_both_phases(
     assert load_backend(out).tokenizer.virtual_spaces is True  # canvases follow the model
     card = (out / "MODEL_CARD.md").read_text()
     assert card.count("--virtual-spaces") == 1  # the last phase's recipe only
+    assert "| virtual spaces | yes" in card
     with pytest.raises(SystemExit):  # a later phase may not drop it silently
         _tiny_cli(out, tokenizer_file, tmp_path / "f.pt", "--copy-dim", "8",
                   "--room-buckets", "16", "--copy-twins", "--init-from", str(out))  # fmt: skip
