@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gpu_worker.canvas import parse_canvas
 from gpu_worker.constraints import ChoiceConstraint, PatternConstraint
-from gpu_worker.corpus import document_at, tokenize_with_holes
+from gpu_worker.corpus import Document, Span, document_at, tokenize_with_holes
 from gpu_worker.tokenizer import StencilTokenizer
 from tests.gpu_worker.conftest import shipped_tokenizer
 
@@ -49,6 +49,29 @@ def split_at_words(sentence: str, picks: list[int]) -> tuple[list[dict[str, Any]
     return [s for s in segments if s.get("text", None) != ""], fills
 
 
+def holed_at_spans(
+    doc: Document, rnd: random.Random, tokenizer: StencilTokenizer
+) -> tuple[dict[str, Any], dict[str, str], list[Span]]:
+    """A request holing about half of ``doc``'s spans (none overlapping), each hole named
+    h<i> and sized for its text; the hole texts, and the spans holed."""
+    segments: list[dict[str, Any]] = []
+    fills: dict[str, str] = {}
+    spans: list[Span] = []
+    cursor = 0
+    for span in sorted(doc.spans, key=lambda s: s.start):
+        if span.start < cursor or span.end == span.start or rnd.random() < 0.5:
+            continue
+        segments.append({"text": doc.text[cursor : span.start]})
+        name = f"h{len(fills)}"
+        fills[name] = doc.text[span.start : span.end]
+        segments.append({"hole": name, "max_tokens": len(tokenizer.encode(fills[name])) + 2})
+        spans.append(span)
+        cursor = span.end
+    segments.append({"text": doc.text[cursor:]})
+    assume(fills)
+    return {"segments": [s for s in segments if s.get("text") != ""]}, fills, spans
+
+
 def test_a_locked_trailing_space_becomes_a_forced_prefix(tokenizer: StencilTokenizer) -> None:
     canvas = parse({"segments": [{"text": "Thank you for seeing "}, {"hole": "who", "max_tokens": 4},
                                  {"text": "."}]}, tokenizer)  # fmt: skip
@@ -82,20 +105,8 @@ def test_a_corpus_document_holed_at_its_spans_tokenizes_like_the_original(
     them, the canvas has the document's own tokens (the shipped tokenizer, real documents)."""
     tokenizer = shipped_tokenizer()
     doc = document_at("test", index)
-    segments: list[dict[str, Any]] = []
-    fills: dict[str, str] = {}
-    cursor = 0
-    for span in sorted(doc.spans, key=lambda s: s.start):
-        if span.start < cursor or span.end == span.start or rnd.random() < 0.5:
-            continue
-        segments.append({"text": doc.text[cursor : span.start]})
-        name = f"h{len(fills)}"
-        fills[name] = doc.text[span.start : span.end]
-        segments.append({"hole": name, "max_tokens": len(tokenizer.encode(fills[name])) + 2})
-        cursor = span.end
-    segments.append({"text": doc.text[cursor:]})
-    assume(fills)
-    canvas = parse({"segments": [s for s in segments if s.get("text") != ""]}, tokenizer, 2048)
+    request, fills, _ = holed_at_spans(doc, rnd, tokenizer)
+    canvas = parse(request, tokenizer, 2048)
     assert canvas.filled_ids(fills, tokenizer) == tokenizer.encode(doc.text)
 
 
@@ -150,23 +161,8 @@ def test_a_holed_document_tokenizes_as_the_training_rows_do_with_virtual_spaces(
     the tokens of the training row holed at the same spans (corpus.tokenize_with_holes)."""
     tokenizer = virtual_tokenizer()
     doc = document_at("test", index)
-    spans, cursor = [], 0
-    for span in sorted(doc.spans, key=lambda s: s.start):
-        if span.start >= cursor and span.end > span.start and rnd.random() < 0.5:
-            spans.append(span)
-            cursor = span.end
-    assume(spans)
-    segments: list[dict[str, Any]] = []
-    fills: dict[str, str] = {}
-    cursor = 0
-    for span in spans:
-        segments.append({"text": doc.text[cursor : span.start]})
-        name = f"h{len(fills)}"
-        fills[name] = doc.text[span.start : span.end]
-        segments.append({"hole": name, "max_tokens": len(tokenizer.encode(fills[name])) + 2})
-        cursor = span.end
-    segments.append({"text": doc.text[cursor:]})
-    canvas = parse({"segments": [s for s in segments if s.get("text") != ""]}, tokenizer, 2048)
+    request, fills, spans = holed_at_spans(doc, rnd, tokenizer)
+    canvas = parse(request, tokenizer, 2048)
     row, _ = tokenize_with_holes(doc, spans, tokenizer.encode, virtual_spaces=True)
     assert canvas.filled_ids(fills, tokenizer) == row
 
