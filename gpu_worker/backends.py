@@ -90,7 +90,8 @@ def _load_stencil(directory: Path, *, device: str | torch.device) -> LoadedModel
         directory=directory,
         network=network,
         tokenizer=StencilTokenizer.from_file(
-            directory / "tokenizer.json", virtual_spaces=bool(config.get("virtual_spaces", False))
+            directory / "tokenizer.json", virtual_spaces=bool(config.get("virtual_spaces", False)),
+            spaced_lines=bool(config.get("spaced_lines", False))
         ),
         weights_sha256=file_sha256(directory / "model.safetensors"),
         tokenizer_sha256=file_sha256(directory / "tokenizer.json"),

@@ -12,7 +12,10 @@ locked text comes back byte-identical whatever the hole holds (even an empty hol
 
 A model trained with virtual spaces (``ModelConfig.virtual_spaces``) also gives a hole that
 starts a line or a JSON string value a forced prefix " " that is in no locked text: the word
-is written as it is inside a line (" Joshua") and the space is stripped like a moved one.
+is written as it is inside a line (" Joshua") and the space is stripped like a moved one. A
+model trained with spaced lines (``ModelConfig.spaced_lines``) has such a space at every line
+start and JSON string value, locked text too (see ``tokenizer.spaced_text``), the document's
+first line included, so a name reads the same tokens wherever it stands.
 
 A JSON Schema hole becomes a skeleton: its keys and punctuation are locked tokens owned by the
 hole, its values are typed sub-holes named ``<hole>.<path>``.
@@ -122,7 +125,11 @@ class Canvas:
         """Each hole span's text (forced prefix removed), in ``holes`` order."""
         texts = []
         for hole in self.holes:
-            text = tokenizer.decode(t for t in self.kept_tokens(ids, hole) if t != self.mask_id)
+            # A pattern's automaton reads the tokens' own text: it is the hole's text, virtual
+            # spaces and all (see tokenizer.spaced_text), so what it accepted is what is kept.
+            raw = isinstance(hole.constraint, PatternConstraint)
+            kept = (t for t in self.kept_tokens(ids, hole) if t != self.mask_id)
+            text = tokenizer.decode(kept, raw=raw)
             texts.append(text[len(hole.prefix) :] if text.startswith(hole.prefix) else text)
         return texts
 
@@ -306,7 +313,8 @@ def _tokenize(
         else:  # a virtual space where the tokenizer has them, else none
             prefix = tokenizer.virtual_prefix(pending, at_document_start=not ids and not pending)
             locked = pending
-        _append_locked(locked, tokenizer, ids, protect, before_hole=True)
+        lead = tokenizer.document_prefix(locked) if not ids else ""
+        _append_locked(locked, tokenizer, ids, protect, before_hole=True, lead=lead)
         pending = ""
         constraint, length = _hole_constraint(item, tokenizer, table, prefix)
         _check_fits(len(ids) + length, max_len)
@@ -314,7 +322,8 @@ def _tokenize(
         pieces.append(Piece(None, len(holes) - 1, item.group))
         ids.extend([tokenizer.special.mask] * length)
         protect.extend([False] * length)
-    _append_locked(pending, tokenizer, ids, protect)
+    _append_locked(pending, tokenizer, ids, protect,
+                   lead=tokenizer.document_prefix(pending) if not ids else "")  # fmt: skip
     _check_fits(len(ids), max_len)
     free = table.free  # shared, read-only
     return Canvas(
@@ -347,11 +356,16 @@ def _append_locked(
     protect: list[bool],
     *,
     before_hole: bool = False,
+    lead: str = "",
 ) -> None:
     """Append locked text's tokens; before a hole, as the text tokenizes in a document where
-    the hole's words follow it (see :func:`encode_before_word`)."""
-    tokens = encode_before_word(tokenizer.encode, text) if before_hole else tokenizer.encode(text)
-    if tokenizer.decode(tokens) != text:
+    the hole's words follow it (see :func:`encode_before_word`). ``lead``: a virtual space at
+    the document's start (``StencilTokenizer.document_prefix``), tokenized with the text."""
+    if before_hole:
+        tokens = encode_before_word(tokenizer.encode, lead + text, spaced=tokenizer.spaced_lines)
+    else:
+        tokens = tokenizer.encode(lead + text)
+    if tokenizer.decode(tokens) != lead + text:
         raise ValueError(f"locked text {text!r} does not survive tokenization byte-identically")
     ids.extend(tokens)
     protect.extend([True] * len(tokens))

@@ -27,7 +27,7 @@ from datetime import date, timedelta
 from typing import Any, Literal
 
 from gpu_worker.phrases import BANKS, Bank, is_held_out
-from gpu_worker.tokenizer import encode_before_word, opens_line_or_value
+from gpu_worker.tokenizer import document_lead, encode_before_word, opens_line_or_value
 
 Split = Literal["train", "val", "test"]
 SpanKind = Literal["entity", "date", "number", "choice", "json_value", "sentence", "field"]
@@ -603,6 +603,7 @@ def tokenize_with_holes(
     *,
     document_boundaries: bool = True,
     virtual_spaces: bool = False,
+    spaced_lines: bool = False,
 ) -> tuple[list[int], list[tuple[int, int]]]:
     """Token ids of ``doc`` with cuts at the holes' boundaries only, and each hole's token
     range ``[start, end)``, in the order given; holes must not overlap.
@@ -617,7 +618,11 @@ def tokenize_with_holes(
     ``virtual_spaces`` a hole that starts the document, a line or a JSON string value is
     tokenized with a leading space, as a Canvas for such a model tokenizes it (see
     ``StencilTokenizer.virtual_prefix``): its first token then carries the space (" Joshua").
+    ``spaced_lines``: ``encode`` puts a virtual space at every line start and JSON string
+    value (``StencilTokenizer.spaced_lines``); holes there get theirs as ``virtual_spaces``,
+    and locked text at the document's start gets one here (``tokenizer.document_lead``).
     """
+    virtual_spaces = virtual_spaces or spaced_lines
     order = sorted(range(len(holes)), key=lambda i: holes[i].start)
     ids: list[int] = []
     ranges: dict[int, tuple[int, int]] = {}
@@ -628,7 +633,10 @@ def tokenize_with_holes(
             raise ValueError(f"hole {holes[i].name!r} overlaps an earlier hole")
         locked = doc.text[cursor:a]
         if locked:
-            ids.extend(encode_before_word(encode, locked) if document_boundaries else encode(locked))
+            if cursor == 0:  # the document's start
+                locked = document_lead(locked, spaced=spaced_lines) + locked
+            ids.extend(encode_before_word(encode, locked, spaced=spaced_lines)
+                       if document_boundaries else encode(locked))  # fmt: skip
         first = len(ids)
         virtual = virtual_spaces and a == holes[i].start and (
             a == 0 or (locked != "" and opens_line_or_value(locked))
@@ -636,7 +644,9 @@ def tokenize_with_holes(
         ids.extend(encode((" " if virtual else "") + doc.text[a:b]) if b > a else [])
         ranges[i] = (first, len(ids))
         cursor = b
-    ids.extend(encode(doc.text[cursor:]) if cursor < len(doc.text) else [])
+    if cursor < len(doc.text):
+        rest = doc.text[cursor:]
+        ids.extend(encode((document_lead(rest, spaced=spaced_lines) if cursor == 0 else "") + rest))
     return ids, [ranges[i] for i in range(len(holes))]
 
 def pattern_counts() -> dict[str, dict[str, int]]:

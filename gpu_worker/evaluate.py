@@ -254,7 +254,8 @@ def denoiser_nelbo(loaded: LoadedModel, case: Case, generator: torch.Generator) 
     tok = loaded.tokenizer
     spans = [h.span for h in case.holes]
     ids, ranges = tokenize_with_holes(case.doc, spans, tok.encode,
-                                      virtual_spaces=tok.virtual_spaces)  # fmt: skip
+                                      virtual_spaces=tok.virtual_spaces,
+                                      spaced_lines=tok.spaced_lines)  # fmt: skip
     row: list[int] = []
     region: list[int] = []  # positions of the target's budget
     n_content = 0  # the target's true tokens
@@ -314,6 +315,7 @@ def ar_nll(loaded: LoadedModel, case: Case) -> float:
     if suffix.endswith(SPACE_PREFIX) and later:
         suffix = suffix[:-1]
     mid = enc(middle) + [cfg.eos_id]
+    prefix = loaded.tokenizer.document_prefix(prefix) + prefix  # at the document's start
     seq = [cfg.fim_prefix_id, *enc(prefix), cfg.fim_suffix_id, *enc(suffix), cfg.fim_middle_id]
     seq = seq[max(0, len(seq) + len(mid) - cfg.max_len) :]
     full = torch.tensor([seq + mid])
@@ -327,7 +329,7 @@ def judged_nll(judge: LoadedModel, text: str) -> float:
     corpus to it. Lower is more typical; it favours AR-FIM's own fills."""
     net = judge.network
     assert isinstance(net, StencilTransformer)
-    ids = (judge.tokenizer.encode(text) + [net.config.eos_id])[: net.config.max_len + 1]
+    ids = (judge.tokenizer.encode_document(text) + [net.config.eos_id])[: net.config.max_len + 1]
     with torch.no_grad():
         logits = net(torch.tensor([ids[:-1]])).float()[0]
     return float(F.cross_entropy(logits, torch.tensor(ids[1:])))
@@ -525,8 +527,10 @@ def write_report(results: dict[str, Any], out: Path) -> None:
         "![exact match](exact_match.png)",
         "",
         "## Exact match by where the hole starts",
-        "A word that starts a line or a JSON string value is spelled without its leading",
-        "space, in other tokens than inside a line (see `ModelConfig.virtual_spaces`).",
+        "Byte-level BPE spells a word that starts a line or a JSON string value without its",
+        "leading space, in other tokens than inside a line, unless the model writes holes there",
+        "with a virtual space (`ModelConfig.virtual_spaces`) or reads all text so",
+        "(`ModelConfig.spaced_lines`).",
         "",
         starts_table(results),
         "",

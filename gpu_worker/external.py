@@ -59,7 +59,8 @@ class ExternalTokenizer(StencilTokenizer):
 
         self.tok = Tokenizer.from_file(str(path))
         self.special = special
-        self.virtual_spaces = False  # a checkpoint's tokenizer: holes are tokenized as is
+        self.virtual_spaces = False  # a checkpoint's tokenizer: text is tokenized as is
+        self.spaced_lines = False
         added = self.tok.get_added_tokens_decoder()  # id -> AddedToken
         self._special_set = {i for i in (special.pad, special.eos, special.mask) if i != NO_ID}
         self._special_set |= {int(i) for i, token in added.items() if token.special}

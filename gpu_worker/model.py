@@ -69,6 +69,10 @@ class ModelConfig:
     # own line-start "Joshua" is "Jos", "hua"), and the space is stripped. A tokenization
     # rule the model is trained with, so it lives here; see tokenizer.opens_line_or_value.
     virtual_spaces: bool = False
+    # Spaced lines: every line start and JSON string value has such a virtual space, in
+    # locked text too (tokenizer.spaced_text), so a name at a line's start is the same tokens
+    # as inside a line and a hole can copy it. Implies virtual_spaces.
+    spaced_lines: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # free-form provenance (corpus, seed)
 
     @property

@@ -35,7 +35,9 @@ class SpecialIds:
 class StencilTokenizer:
     """Thin wrapper: encode / decode without special-token handling surprises."""
 
-    def __init__(self, tokenizer: Tokenizer, *, virtual_spaces: bool = False) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, *, virtual_spaces: bool = False, spaced_lines: bool = False
+    ) -> None:
         # Text that spells a special token ("<|mask|>" typed into a field) is encoded as
         # ordinary text, never as the special id: only the canvas places special tokens.
         tokenizer.encode_special_tokens = True
@@ -53,11 +55,19 @@ class StencilTokenizer:
         # Whether a hole that starts a line or a JSON string value begins with a virtual
         # space (see virtual_prefix): how the model was trained, so it comes from the model's
         # config (ModelConfig.virtual_spaces), not from tokenizer.json.
-        self.virtual_spaces = virtual_spaces
+        self.virtual_spaces = virtual_spaces or spaced_lines
+        # Whether all text, locked text too, is encoded with a virtual space at every line
+        # start and JSON string value (see spaced_text); implies virtual_spaces. From the
+        # model's config too (ModelConfig.spaced_lines).
+        self.spaced_lines = spaced_lines
 
     @classmethod
-    def from_file(cls, path: Path, *, virtual_spaces: bool = False) -> StencilTokenizer:
-        return cls(Tokenizer.from_file(str(path)), virtual_spaces=virtual_spaces)
+    def from_file(
+        cls, path: Path, *, virtual_spaces: bool = False, spaced_lines: bool = False
+    ) -> StencilTokenizer:
+        return cls(
+            Tokenizer.from_file(str(path)), virtual_spaces=virtual_spaces, spaced_lines=spaced_lines
+        )
 
     def virtual_prefix(self, locked: str, *, at_document_start: bool = False) -> str:
         """" " where this tokenizer gives a hole a virtual leading space, else "".
@@ -68,6 +78,15 @@ class StencilTokenizer:
         if self.virtual_spaces and (at_document_start or opens_line_or_value(locked)):
             return " "
         return ""
+
+    def document_prefix(self, text: str) -> str:
+        """" " where spaced lines give ``text``, at the document's start, a virtual space (the
+        document's first line starts with one as every other line does), else ""."""
+        return document_lead(text, spaced=self.spaced_lines)
+
+    def encode_document(self, text: str) -> list[int]:
+        """Token ids of a whole document (its first line spaced like the others)."""
+        return self.encode(self.document_prefix(text) + text)
 
     @classmethod
     def train(cls, texts: Iterable[str], *, vocab_size: int) -> StencilTokenizer:
@@ -94,11 +113,15 @@ class StencilTokenizer:
         return token_id in self._special_set
 
     def encode(self, text: str) -> list[int]:
+        if self.spaced_lines:
+            text = spaced_text(text)
         return list(self.tok.encode(text, add_special_tokens=False).ids)
 
-    def decode(self, ids: Iterable[int]) -> str:
-        """Text of ids with special tokens dropped."""
-        return str(self.tok.decode([i for i in ids if i not in self._special_set]))
+    def decode(self, ids: Iterable[int], *, raw: bool = False) -> str:
+        """Text of ids with special tokens dropped; with spaced lines, the virtual spaces
+        taken out (``raw``: left in, the tokens' own text)."""
+        text = str(self.tok.decode([i for i in ids if i not in self._special_set]))
+        return unspaced_text(text) if self.spaced_lines and not raw else text
 
     def space_twins(self) -> tuple[list[int], list[int]]:
         """Per id, its spaced twin and its bare twin: the token spelling the same text with
@@ -116,8 +139,8 @@ class StencilTokenizer:
         return spaced, bare
 
     def token_text(self, token_id: int) -> str:
-        """The decoded text of one token ('' for a special token)."""
-        return self.decode([token_id])
+        """The decoded text of one token ('' for a special token), as it is spelled."""
+        return self.decode([token_id], raw=True)
 
 
 # Byte-level BPE learns words with their leading space (" Joshua", one token) and splits the
@@ -134,19 +157,52 @@ def opens_line_or_value(locked: str) -> bool:
     return _OPENS.search(locked) is not None
 
 
+# Spaced lines (ModelConfig.spaced_lines) go one step further: every line and every JSON
+# string value starts with a virtual space, in locked text too, so a name at a line's start
+# is " Joshua" wherever it stands and a hole can copy it token for token. The rule is a
+# bijection on strings: a space is inserted after each newline that something other than a
+# newline follows, and after each colon and opening quote that something other than a quote
+# follows; decoding takes out one space at each such place. Text at the start of a string is
+# left alone: encode() also reads pieces of a document. The document's start is a line start
+# too, and the code that knows it is there adds that space (document_lead; a hole's prefix).
+_SPACE_AFTER = re.compile(r'\n(?=[^\n])|:[ \t]*"(?=[^"])')
+_VIRTUAL_SPACE = re.compile(r'(\n|:[ \t]*") ')
+
+
+def spaced_text(text: str) -> str:
+    """``text`` as a tokenizer with spaced lines encodes it: a virtual space at every line
+    start and JSON string value inside it."""
+    return _SPACE_AFTER.sub(lambda m: m.group(0) + " ", text)
+
+
+def unspaced_text(text: str) -> str:
+    """The inverse of :func:`spaced_text`: ``unspaced_text(spaced_text(s)) == s``."""
+    return _VIRTUAL_SPACE.sub(r"\1", text)
+
+
+def document_lead(text: str, *, spaced: bool) -> str:
+    """" " before ``text`` at a document's start under spaced lines (as after a newline:
+    unless it is empty or starts with a newline), else ""."""
+    return " " if spaced and text[:1] not in ("", "\n") else ""
+
+
 WORD_PROBE = "a"  # stands for the word that follows text tokenized by encode_before_word
 
 
-def encode_before_word(encode: Callable[[str], list[int]], text: str) -> list[int]:
+def encode_before_word(
+    encode: Callable[[str], list[int]], text: str, *, spaced: bool = False
+) -> list[int]:
     """Token ids of ``text`` as it tokenizes when a word follows it (locked text before a hole).
 
     Byte-level BPE splits trailing whitespace by what comes next: "\n\n" at the end of a
     string is one token, before a word it is "\n", "\n", and documents only ever show the
     second. Where the probe word would merge into the text (it ends mid-word), the text's own
-    tokens.
+    tokens. ``spaced``: ``encode`` follows spaced lines (:func:`spaced_text`), so the word
+    after a line start or a JSON value's quote is spaced (" a"), as a hole there is.
     """
     if text:
         probed = encode(text + WORD_PROBE)
-        if probed[-1:] == encode(WORD_PROBE):
+        word = " " + WORD_PROBE if spaced and opens_line_or_value(text) else WORD_PROBE
+        if probed[-1:] == encode(word):
             return probed[:-1]
     return encode(text)

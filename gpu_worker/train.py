@@ -52,7 +52,7 @@ from gpu_worker.model import (
     load_weights,
 )
 from gpu_worker.model import save_model as save_model_dir
-from gpu_worker.tokenizer import StencilTokenizer
+from gpu_worker.tokenizer import StencilTokenizer, document_lead
 
 DEFAULT_TOKENIZER = Path("var/tokenizer/tokenizer.json")
 TOKENIZER_DOCS = 24_000  # train documents the BPE merges are learned from
@@ -102,6 +102,9 @@ class TrainConfig:
     # space (ModelConfig.virtual_spaces), so the model writes " Joshua", not "Jos", "hua".
     # Phases before this existed: False.
     virtual_spaces: bool = False
+    # Every line start and JSON string value is encoded with a virtual space, locked text too
+    # (ModelConfig.spaced_lines); implies virtual_spaces. Phases before this existed: False.
+    spaced_lines: bool = False
     min_t: float = 1e-3  # t ~ U(min_t, 1): 1/t stays finite
     fim_rate: float = 0.9  # AR-FIM: share of rows in PSM order
     suffix_cut_prob: float = 0.5  # AR-FIM: share of FIM rows whose suffix is cut short
@@ -239,7 +242,7 @@ def denoiser_example(
     row, rows = stratum
     t = max(cfg.min_t, (row + rng.random()) / rows)
     if rng.random() >= cfg.hole_fraction:
-        ids = encode(doc.text)[: cfg.max_len]
+        ids = encode(document_lead(doc.text, spaced=cfg.spaced_lines) + doc.text)[: cfg.max_len]
         chosen, w = mask_exactly(list(range(len(ids))), t, rng)
         inputs = [mc.mask_id if p in chosen else x for p, x in enumerate(ids)]
         weights = [w if p in chosen else 0.0 for p in range(len(ids))]
@@ -247,7 +250,8 @@ def denoiser_example(
     template = rng.random() < cfg.template_prob
     holes = (template and template_holes(doc, rng, cfg.invent_prob)) or pick_holes(doc, rng, cfg)
     ids, ranges = tokenize_with_holes(doc, holes, encode, document_boundaries=cfg.document_boundaries,
-                                      virtual_spaces=cfg.virtual_spaces)  # fmt: skip
+                                      virtual_spaces=cfg.virtual_spaces,
+                                      spaced_lines=cfg.spaced_lines)  # fmt: skip
     targets: list[int] = []
     in_hole: list[bool] = []
     budgets: list[tuple[int, int, int]] = []  # (start, content end, budget end) in targets
@@ -279,11 +283,13 @@ def fim_example(
     doc: Document, encode: Encoder, rng: random.Random, cfg: TrainConfig, mc: ModelConfig
 ) -> Example:
     if rng.random() >= cfg.fim_rate:
-        seq = (encode(doc.text) + [mc.eos_id])[: cfg.max_len + 1]
+        lead = document_lead(doc.text, spaced=cfg.spaced_lines)
+        seq = (encode(lead + doc.text) + [mc.eos_id])[: cfg.max_len + 1]
         return _next_token_example(seq, "plain")
     holes = pick_holes(doc, rng, cfg)[:1]
     ids, ranges = tokenize_with_holes(doc, holes, encode, document_boundaries=cfg.document_boundaries,
-                                      virtual_spaces=cfg.virtual_spaces)  # fmt: skip
+                                      virtual_spaces=cfg.virtual_spaces,
+                                      spaced_lines=cfg.spaced_lines)  # fmt: skip
     a, b = ranges[0]
     suffix = ids[b:]
     if suffix and rng.random() < cfg.suffix_cut_prob:
@@ -409,7 +415,8 @@ def copy_probe(
             continue
         first = doc.spans[min(repeated, key=lambda i: doc.spans[i].start)]
         ids, ((a, b),) = tokenize_with_holes(doc, [first], tok.encode,
-                                             virtual_spaces=mc.virtual_spaces)  # fmt: skip
+                                             virtual_spaces=mc.virtual_spaces,
+                                             spaced_lines=mc.spaced_lines)  # fmt: skip
         if len(ids) > mc.max_len:
             continue
         inputs = torch.tensor([ids], device=next(model.parameters()).device)
@@ -473,7 +480,7 @@ def model_config(cfg: TrainConfig, tok: StencilTokenizer) -> ModelConfig:
         d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
         ffn_hidden=cfg.ffn_hidden, max_len=cfg.max_len + 1, copy_dim=cfg.copy_dim,
         room_buckets=cfg.room_buckets, copy_twins=cfg.copy_twins,
-        virtual_spaces=cfg.virtual_spaces,
+        virtual_spaces=cfg.virtual_spaces or cfg.spaced_lines, spaced_lines=cfg.spaced_lines,
         extra={"corpus": "gpu_worker.corpus train split", "seed": cfg.seed},
     )  # fmt: skip
 
@@ -544,6 +551,9 @@ def train(
 
     if steps is None and minutes is None and target_flops is None:
         raise ValueError("give steps, minutes or target_flops")
+    if tok.spaced_lines != cfg.spaced_lines:  # rows are made with tok.encode
+        raise ValueError(f"the tokenizer's spaced_lines={tok.spaced_lines} is not the "
+                         f"config's {cfg.spaced_lines}")  # fmt: skip
     mc = model_config(cfg, tok)
     torch.manual_seed(cfg.seed)  # weight init only; data and corruption use their own seeds
     model = StencilTransformer(mc)
@@ -873,6 +883,10 @@ def _compute_rows(summary: dict[str, Any]) -> list[str]:
         "with a leading space, then stripped (`ModelConfig.virtual_spaces`) |"
         if cfg.get("virtual_spaces")
         else "| virtual spaces | no |",
+        "| spaced lines | yes: every line start and JSON string value is encoded with a virtual "
+        "space, locked text too, then stripped (`ModelConfig.spaced_lines`) |"
+        if cfg.get("spaced_lines")
+        else "| spaced lines | no |",
     ]
     return rows
 
@@ -898,7 +912,9 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
                     command += f" --{key.replace('_', '-')} {value}"
         if not cfg.get("document_boundaries", False):
             command += " --segment-boundaries"
-        if cfg.get("virtual_spaces"):
+        if cfg.get("spaced_lines"):
+            command += " --spaced-lines"
+        elif cfg.get("virtual_spaces"):
             command += " --virtual-spaces"
         if n:  # a phase of its own: its own checkpoint (a checkpoint resumes only its own run)
             command += (f" --init-from models/{out.name}"
@@ -991,6 +1007,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--virtual-spaces", action="store_true",
                         help="holes that start a line or a JSON string value are written "
                              "with a virtual leading space (see ModelConfig.virtual_spaces)")
+    parser.add_argument("--spaced-lines", action="store_true",
+                        help="every line start and JSON string value, locked text too, is "
+                             "encoded with a virtual space (see ModelConfig.spaced_lines); "
+                             "implies --virtual-spaces")
     parser.add_argument("--checkpoint", type=Path, help="default var/train/<out name>/ckpt.pt")
     parser.add_argument("--init-from", type=Path,
                         help="start from this model directory's weights (new modules seeded)")
@@ -1017,7 +1037,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True  # fp32 training: TF32 matmuls
         torch.backends.cudnn.allow_tf32 = True
-    tok = StencilTokenizer.from_file(args.tokenizer)
+    tok = StencilTokenizer.from_file(args.tokenizer, spaced_lines=args.spaced_lines)
     cfg = TrainConfig(
         kind=args.kind, seed=args.seed, batch_size=args.batch_size, d_model=args.d_model,
         n_layers=args.layers, n_heads=args.heads, ffn_hidden=args.ffn, copy_dim=args.copy_dim,
@@ -1025,12 +1045,16 @@ def main(argv: list[str] | None = None) -> None:
         eval_every=args.eval_every, long_pad_prob=args.long_pad_prob,
         template_prob=args.template_prob, ordered_hole_prob=args.ordered_hole_prob,
         invent_prob=args.invent_prob, checkpoint_every=args.checkpoint_every,
-        document_boundaries=not args.segment_boundaries, virtual_spaces=args.virtual_spaces,
+        document_boundaries=not args.segment_boundaries,
+        virtual_spaces=args.virtual_spaces or args.spaced_lines, spaced_lines=args.spaced_lines,
     )  # fmt: skip
     checkpoint = args.checkpoint or Path("var/train") / args.out.name / "ckpt.pt"
-    if args.init_from and not args.virtual_spaces and _config_of(args.init_from).get("virtual_spaces"):
-        parser.error(f"{args.init_from} was trained with --virtual-spaces: pass it again "
-                     "(a phase without it would tokenize its holes another way)")  # fmt: skip
+    if args.init_from:  # a later phase may add a tokenization rule, never drop one
+        before = _config_of(args.init_from)
+        for flag, key in (("--virtual-spaces", "virtual_spaces"), ("--spaced-lines", "spaced_lines")):
+            if before.get(key) and not getattr(cfg, key):
+                parser.error(f"{args.init_from} was trained with {flag}: pass it again "
+                             "(a phase without it would tokenize text another way)")  # fmt: skip
     previous = _previous_training(args.init_from) if args.init_from else None
     if previous is not None and "training" in previous:
         seen = max(p["config"].get("data_offset", 0) + p["steps"]

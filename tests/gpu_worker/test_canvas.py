@@ -152,19 +152,74 @@ def test_holes_that_start_a_line_or_a_json_value_get_a_virtual_space() -> None:
     assert canvas.document(row, virtual) == text
 
 
+def spaced_tokenizer() -> StencilTokenizer:
+    """The shipped tokenizer as a model trained with spaced lines reads it."""
+    return StencilTokenizer(shipped_tokenizer().tok, spaced_lines=True)
+
+
+def test_with_spaced_lines_locked_line_starts_are_spaced_and_everything_comes_back() -> None:
+    """Locked words at a line's start or in a JSON value are the tokens they are inside a
+    line; the holes and the document come back byte-identical, and a pattern hole's text is
+    its tokens' own (the automaton's) text."""
+    segments = [
+        {"text": "Dear Joshua,\nThank you.\n"}, {"hole": "body", "max_tokens": 16},
+        {"text": '\nKind regards,\nJoshua Nunez\n{"name": "'}, {"hole": "value", "max_tokens": 6},
+        {"text": '", "code": "'}, {"hole": "code", "max_tokens": 6, "constraint": {"pattern": "a\n b"}},
+        {"text": '"}'},
+    ]  # fmt: skip
+    fills = {"body": "We met.\nThe talk went well.", "value": "Joshua Nunez", "code": "a\n b"}
+    text = ('Dear Joshua,\nThank you.\nWe met.\nThe talk went well.\nKind regards,\nJoshua Nunez\n'
+            '{"name": "Joshua Nunez", "code": "a\n b"}')  # fmt: skip
+    tokenizer, plain = spaced_tokenizer(), shipped_tokenizer()
+    canvas = parse({"segments": segments}, tokenizer, 256)
+    assert {h.name: h.prefix for h in canvas.holes} == {"body": " ", "value": " ", "code": " "}
+    first = canvas.holes[0].start  # the document's first line is spaced too
+    assert canvas.ids[:first].tolist() == tokenizer.encode(" Dear Joshua,\nThank you.\n")
+    locked = canvas.ids[canvas.protect].tolist()
+    for word in (" Thank", " Kind", " Joshua"):
+        (token,) = plain.encode(word)
+        assert token in locked
+    assert locked.count(plain.encode(" Joshua")[0]) == 2  # "Dear Joshua" and the signature
+    row = canvas.ids.clone()
+    for hole in canvas.holes:
+        if hole.name == "code":  # as the automaton writes it: " b" after "\n" is no
+            # virtual space here, it is the pattern's own
+            tokens = [plain.encode(" a")[0], *plain.encode("\n b")]
+            assert isinstance(hole.constraint, PatternConstraint)
+        else:
+            tokens = tokenizer.encode(hole.prefix + fills[hole.name])
+        row[hole.start : hole.end] = canvas.pad_id
+        row[hole.start : hole.start + len(tokens)] = torch.tensor(tokens)
+    body = next(h for h in canvas.holes if h.name == "body")
+    assert plain.encode(" The")[0] in row[body.start : body.end].tolist()  # its second line
+    assert canvas.hole_texts(row, tokenizer) == fills
+    assert canvas.document(row, tokenizer) == text
+
+
+@pytest.mark.parametrize("spaced", [False, True], ids=["virtual spaces", "spaced lines"])
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 400), st.randoms(use_true_random=False))
 def test_a_holed_document_tokenizes_as_the_training_rows_do_with_virtual_spaces(
-    index: int, rnd: random.Random
+    spaced: bool, index: int, rnd: random.Random
 ) -> None:
-    """A Canvas for a model with virtual spaces, its holes holding the original text, has
-    the tokens of the training row holed at the same spans (corpus.tokenize_with_holes)."""
-    tokenizer = virtual_tokenizer()
+    """A Canvas for a model with virtual spaces (or spaced lines), its holes holding the
+    original text, has the tokens of the training row holed at the same spans
+    (corpus.tokenize_with_holes), and writes the document back."""
+    tokenizer = spaced_tokenizer() if spaced else virtual_tokenizer()
     doc = document_at("test", index)
     request, fills, spans = holed_at_spans(doc, rnd, tokenizer)
     canvas = parse(request, tokenizer, 2048)
-    row, _ = tokenize_with_holes(doc, spans, tokenizer.encode, virtual_spaces=True)
+    row, _ = tokenize_with_holes(doc, spans, tokenizer.encode, virtual_spaces=True,
+                                 spaced_lines=spaced)  # fmt: skip
     assert canvas.filled_ids(fills, tokenizer) == row
+    if spaced:  # every line starts with a space, so a hole there is a document's own split
+        assert row == tokenizer.encode_document(doc.text)
+    filled = canvas.ids.clone()
+    for hole in canvas.holes:
+        tokens = tokenizer.encode(hole.prefix + fills[hole.name])
+        filled[hole.start : hole.end] = canvas.pad_id
+        filled[hole.start : hole.start + len(tokens)] = torch.tensor(tokens)
+    assert canvas.document(filled, tokenizer) == doc.text
 
 
 @settings(max_examples=40, deadline=None)

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_worker.corpus import iter_split
-from gpu_worker.tokenizer import SPECIAL_TOKENS, StencilTokenizer
+from gpu_worker.tokenizer import SPECIAL_TOKENS, StencilTokenizer, spaced_text, unspaced_text
+from tests.gpu_worker.conftest import shipped_tokenizer
 
 
 def test_every_special_token_is_one_token_with_a_distinct_id(tokenizer: StencilTokenizer) -> None:
@@ -23,6 +24,38 @@ def test_every_special_token_is_one_token_with_a_distinct_id(tokenizer: StencilT
 @settings(max_examples=80, deadline=None)
 def test_any_text_survives_encode_then_decode(tokenizer: StencilTokenizer, text: str) -> None:
     assert tokenizer.decode(tokenizer.encode(text)) == text
+
+
+@given(text=st.text(alphabet=st.sampled_from(list('\n: "\tab{}')), max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_spaced_lines_are_a_bijection_and_encode_then_decode_is_lossless(text: str) -> None:
+    """Spaced lines insert a virtual space after a newline or ': "' that a word follows and
+    decoding takes out exactly those: any text comes back, and every line start and JSON
+    string value that holds something starts with a space in the model's view."""
+    spaced = spaced_text(text)
+    assert unspaced_text(spaced) == text
+    assert spaced.replace(" ", "") == text.replace(" ", "")  # only spaces are added
+    for i, char in enumerate(spaced):
+        opens_value = char == '"' and spaced[:i].rstrip(" \t").endswith(":")
+        if char == "\n" or opens_value:  # what follows is a space, the end, or nothing held
+            assert spaced[i + 1 : i + 2] in ("", " ", "\n" if char == "\n" else '"')
+    tokenizer = StencilTokenizer(shipped_tokenizer().tok, spaced_lines=True)
+    assert tokenizer.decode(tokenizer.encode(text)) == text
+
+
+def test_with_spaced_lines_a_name_has_the_same_tokens_at_a_line_start_as_inside_a_line() -> None:
+    plain = shipped_tokenizer()
+    spaced = StencilTokenizer(plain.tok, spaced_lines=True)
+    assert spaced.virtual_spaces  # holes at a line start get their space as a prefix
+    joshua = spaced.encode(" Joshua")
+    assert len(joshua) == 1
+    text = 'Kind regards,\nJoshua\n{"name": "Joshua", "n": ""}'
+    ids = spaced.encode(text)
+    assert ids.count(joshua[0]) == 2 and plain.encode(text).count(joshua[0]) == 0
+    assert spaced.decode(ids) == text
+    assert spaced.decode(ids, raw=True) == 'Kind regards,\n Joshua\n {"name": " Joshua", "n": ""}'
+    newline_space = plain.encode("\n ")  # one token: its own spelling, not the decoded text
+    assert len(newline_space) == 1 and spaced.token_text(newline_space[0]) == "\n "
 
 
 def test_text_spelling_a_special_token_is_encoded_as_ordinary_text(tokenizer: StencilTokenizer) -> None:

@@ -238,6 +238,41 @@ def test_rows_with_virtual_spaces_differ_only_by_a_space_opening_some_holes(
     assert differ >= 4
 
 
+def test_rows_with_spaced_lines_spell_the_same_text_with_every_line_start_spaced(
+    corpus_tokenizer: StencilTokenizer,
+) -> None:
+    """With TrainConfig.spaced_lines both kinds of rows are made with a tokenizer that
+    spaces every line start (as the model's Canvases will): the same characters, and no
+    word right after a newline any more, where the virtual-space rows have many."""
+    spaced_tok = StencilTokenizer(corpus_tokenizer.tok, spaced_lines=True)
+    bare_starts = {False: 0, True: 0}
+    for kind, make in (("denoiser", denoiser_example), ("ar_fim", fim_example)):
+        for index in range(8):
+            doc = document_at("train", index)
+            rows = {}
+            for spaced, tok in ((False, corpus_tokenizer), (True, spaced_tok)):
+                cfg = _cfg(kind, hole_fraction=1.0, fim_rate=1.0, virtual_spaces=True,
+                           spaced_lines=spaced, max_len=2048)  # whole documents  # fmt: skip
+                mc = model_config(cfg, tok)
+                assert mc.spaced_lines is spaced and mc.virtual_spaces
+                ex = make(doc, tok.encode, random.Random(index), cfg, mc)
+                rows[spaced] = corpus_tokenizer.decode(ex.targets)  # the tokens' own text
+                bare_starts[spaced] += sum(
+                    1 for a, b in itertools.pairwise(rows[spaced]) if a == "\n" and b.isalnum()
+                )  # fmt: skip
+            assert rows[True].replace(" ", "") == rows[False].replace(" ", "")
+    assert bare_starts[True] == 0 and bare_starts[False] > 20
+
+
+def test_training_refuses_a_tokenizer_that_does_not_follow_the_config(
+    corpus_tokenizer: StencilTokenizer, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match="spaced_lines"):
+        train(_cfg(spaced_lines=True), corpus_tokenizer, checkpoint=tmp_path / "c.pt", steps=1,
+              progress=False)  # fmt: skip
+    assert not (tmp_path / "c.pt").exists()
+
+
 def test_batches_are_a_pure_function_of_seed_and_step(corpus_tokenizer: StencilTokenizer) -> None:
     cfg = _cfg()
     mc = model_config(cfg, corpus_tokenizer)
@@ -418,6 +453,20 @@ def test_a_continuation_adds_a_copy_head_and_its_card_adds_up_both_phases(
         _tiny_cli(out, tokenizer_file, tmp_path / "f.pt", "--copy-dim", "8",
                   "--room-buckets", "16", "--copy-twins", "--init-from", str(out))  # fmt: skip
     assert load_model(out).config.virtual_spaces  # nothing was written
+
+    sixth = _tiny_cli(out, tokenizer_file, tmp_path / "g.pt", "--copy-dim", "8",
+                      "--room-buckets", "16", "--copy-twins", "--spaced-lines",
+                      "--init-from", str(out))  # fmt: skip
+    assert sixth["config"]["spaced_lines"] is True and sixth["config"]["virtual_spaces"] is True
+    tokenizer = load_backend(out).tokenizer  # canvases and rows follow the model
+    assert tokenizer.spaced_lines and tokenizer.virtual_spaces
+    card = (out / "MODEL_CARD.md").read_text()
+    assert "| spaced lines | yes" in card and card.count("--spaced-lines") == 1
+    assert card.count("--virtual-spaces") == 1  # the fifth phase's
+    with pytest.raises(SystemExit):  # nor may it drop spaced lines
+        _tiny_cli(out, tokenizer_file, tmp_path / "h.pt", "--copy-dim", "8", "--room-buckets",
+                  "16", "--copy-twins", "--virtual-spaces", "--init-from", str(out))  # fmt: skip
+    assert load_model(out).config.spaced_lines
 
 
 def test_initial_weights_of_another_architecture_are_refused(tokenizer_file: Path, tmp_path: Path) -> None:
