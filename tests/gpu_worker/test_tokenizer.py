@@ -29,8 +29,8 @@ def test_any_text_survives_encode_then_decode(tokenizer: StencilTokenizer, text:
 @given(text=st.text(alphabet=st.sampled_from(list('\n: "\tab{}')), max_size=40))
 @settings(max_examples=300, deadline=None)
 def test_spaced_lines_are_a_bijection_and_encode_then_decode_is_lossless(text: str) -> None:
-    """Spaced lines insert a virtual space after a newline or ': "' that a word follows and
-    decoding takes out exactly those: any text comes back, and every line start and JSON
+    """Spaced lines insert a virtual space after a newline (a colon and quote) that anything
+    but a newline (a quote) follows, and decoding takes out exactly those: any text comes back, and every line start and JSON
     string value that holds something starts with a space in the model's view."""
     spaced = spaced_text(text)
     assert unspaced_text(spaced) == text
