@@ -313,8 +313,7 @@ def _tokenize(
         else:  # a virtual space where the tokenizer has them, else none
             prefix = tokenizer.virtual_prefix(pending, at_document_start=not ids and not pending)
             locked = pending
-        lead = tokenizer.document_prefix(locked) if not ids else ""
-        _append_locked(locked, tokenizer, ids, protect, before_hole=True, lead=lead)
+        _append_locked(locked, tokenizer, ids, protect, before_hole=True)
         pending = ""
         constraint, length = _hole_constraint(item, tokenizer, table, prefix)
         _check_fits(len(ids) + length, max_len)
@@ -322,8 +321,7 @@ def _tokenize(
         pieces.append(Piece(None, len(holes) - 1, item.group))
         ids.extend([tokenizer.special.mask] * length)
         protect.extend([False] * length)
-    _append_locked(pending, tokenizer, ids, protect,
-                   lead=tokenizer.document_prefix(pending) if not ids else "")  # fmt: skip
+    _append_locked(pending, tokenizer, ids, protect)
     _check_fits(len(ids), max_len)
     free = table.free  # shared, read-only
     return Canvas(
@@ -356,11 +354,12 @@ def _append_locked(
     protect: list[bool],
     *,
     before_hole: bool = False,
-    lead: str = "",
 ) -> None:
     """Append locked text's tokens; before a hole, as the text tokenizes in a document where
-    the hole's words follow it (see :func:`encode_before_word`). ``lead``: a virtual space at
-    the document's start (``StencilTokenizer.document_prefix``), tokenized with the text."""
+    the hole's words follow it (see :func:`encode_before_word`). At the document's start
+    (nothing appended yet) with the virtual space spaced lines give it there
+    (``StencilTokenizer.document_prefix``), tokenized with the text."""
+    lead = tokenizer.document_prefix(text) if not ids else ""
     if before_hole:
         tokens = encode_before_word(tokenizer.encode, lead + text, spaced=tokenizer.spaced_lines)
     else:
