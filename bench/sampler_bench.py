@@ -59,14 +59,16 @@ DOC_CONFIGS = tuple(  # whole documents
     for suffix in ("", *CACHES)
 )
 BLOCK = 32
-RULES: dict[str, Any] = {  # the presets' rules: end of hole (now off), neighbours, repeats
+RULES: dict[str, Any] = {  # the presets' rules: end of hole (off), neighbours, repeats, runs
     "tail_threshold": PRESETS[DEFAULT_PRESET].tail_threshold,
     "neighbour_threshold": PRESETS[DEFAULT_PRESET].neighbour_threshold,
     "ban_adjacent_repeats": PRESETS[DEFAULT_PRESET].ban_adjacent_repeats,
     "hold_shifted_repeats": PRESETS[DEFAULT_PRESET].hold_shifted_repeats,
+    "pattern_runs": PRESETS[DEFAULT_PRESET].pattern_runs,
 }
 RULES_OFF: dict[str, Any] = {"tail_threshold": 1.0, "neighbour_threshold": 0.0,
-                             "ban_adjacent_repeats": False, "hold_shifted_repeats": False}  # fmt: skip
+                             "ban_adjacent_repeats": False, "hold_shifted_repeats": False,
+                             "pattern_runs": False}  # fmt: skip
 NO_RULES = " (rules off)"  # name suffix of a config without them
 AR = "AR-FIM (KV cache)"
 DOC_SETS = (  # results key, title: the two ways whole documents are holed

@@ -23,7 +23,7 @@ BlockScope = Literal["canvas", "hole"]
 # Fields added after configs were first stored; each one's dataclass default decodes as
 # before it existed, and the canonical JSON leaves the field out at that value.
 ADDED_LATER = ("tail_threshold", "ban_adjacent_repeats", "neighbour_threshold",
-               "hold_shifted_repeats", "cache_refresh", "error_budget", "anchored")  # fmt: skip
+               "hold_shifted_repeats", "cache_refresh", "error_budget", "anchored", "pattern_runs")  # fmt: skip
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "commit_rule": get_args(CommitRule),
@@ -151,6 +151,19 @@ class SamplerConfig:
     # off, the behaviour before the field existed; the presets leave it off (on whole drafts
     # it was faster but not better on both splits, bench/sampler/PRESET_STUDY*.md).
     anchored: bool = False
+    # Threshold rules: a pattern hole is decoded in order, one position per step (its
+    # automaton must know the tokens before a position to say which may come next). With
+    # pattern_runs, once a step writes a pattern hole's position, the hole's next masked
+    # positions in the block are proposed from the same forward pass, each under the
+    # automaton state its left neighbour's token led to, and written in that step while each
+    # passes the rule and neighbour_threshold (judged with its neighbour masked, as any
+    # token written beside a neighbour of the same step) and holds no letter. A date, an
+    # amount or a reference number the model is sure of then costs one pass, not one per
+    # token. Words wait: carried along, a name in a JSON string value was written "K Fox"
+    # for "Kathy Fox" (" Fox" sure while the position before it was masked), and the
+    # presets lost 0.2-0.4 points on val drafts (bench/sampler/pattern_runs_words/).
+    # False: off, the behaviour before the field existed.
+    pattern_runs: bool = False
     # Arithmetic of the forward pass: fp32, or bf16 under torch.autocast.
     precision: Precision = "fp32"
     # "dual": a KV cache of every position, refreshed once per block; the steps inside a
@@ -292,13 +305,17 @@ PRESETS: dict[str, SamplerConfig] = {
     "fast": SamplerConfig(
         commit_rule="threshold", threshold=0.1, block_length=32, cache="delayed",
         cache_refresh=0, ban_adjacent_repeats=True, neighbour_threshold=0.7,
-        hold_shifted_repeats=True, anchored=True,
+        hold_shifted_repeats=True, anchored=True, pattern_runs=True,
     ),
     # The default: Fast-dLLM's threshold with the dual cache, whose texts match uncached
     # decoding more often than the delayed cache's do (bench/sampler, "Cache: share ...").
+    # Both threshold presets write pattern runs (bench/sampler/PATTERN_RUNS_STUDY*.md: on val
+    # documents with every value span holed 0.78x / 0.75x the wall time at exact match
+    # +0.0 / -0.1 points, single holes and drafts as before).
     "balanced": SamplerConfig(
         commit_rule="threshold", threshold=0.9, block_length=32, cache="dual",
         ban_adjacent_repeats=True, neighbour_threshold=0.9, hold_shifted_repeats=True,
+        pattern_runs=True,
     ),
     # One token per step in small blocks, exact attention, with low-confidence re-masking.
     "careful": SamplerConfig(

@@ -14,8 +14,9 @@ The loop, per canvas (several canvases advance in lockstep in one batch):
    only the likeliest while their summed error probability fits a budget, or only next to
    written text; never a word its neighbour already holds, nor two neighbours at once
    unless the model is sure of the right one, nor a word right of a masked position
-   proposed the same word), writes them in one go, optionally re-masks a few unsure ones,
-   and enforces the protect mask.
+   proposed the same word), writes them in one go (a pattern hole, decoded in order, may
+   go on through the sure tokens after its written one, letters excepted), optionally
+   re-masks a few unsure ones, and enforces the protect mask.
 3. A block ends when nothing in it is masked; the request ends when no block is left, when
    ``should_stop()`` says so (cancelled: nothing is committed after), or when the step budget
    is down to one pass, which commits everything left (a flush).
@@ -650,7 +651,46 @@ def _commit_step(
     committed.extend(written)
     padded.extend(ended)
     probs.extend(decision.prob)
+    if config.pattern_runs and config.commit_rule != "even":
+        for position in written:
+            if row.hole_at[position] in row.pattern_state:
+                _pattern_run(row, position, int(block[-1]), logits, where, config,
+                             (committed, padded, probs))  # fmt: skip
     return committed, padded, probs
+
+
+def _pattern_run(
+    row: _Row,
+    position: int,
+    last: int,
+    logits: torch.Tensor,
+    where: torch.Tensor,
+    config: SamplerConfig,
+    out: tuple[list[int], list[int], list[float]],
+) -> None:
+    """``pattern_runs``: after a pattern hole's ``position`` is written, its next masked
+    positions (up to the block's ``last``) are proposed one by one from the same logits,
+    each under the automaton state its left neighbour's token led to, and written while
+    each passes the rule and ``neighbour_threshold`` and holds no letter; an EOS / pad ends
+    the hole. Appends to ``out`` (committed, padded, probabilities)."""
+    hole = row.canvas.holes[row.hole_at[position]]
+    assert isinstance(hole.constraint, PatternConstraint)
+    words, mask_id = hole.constraint.table.words, row.canvas.mask_id
+    nxt = position + 1
+    while nxt < hole.end and nxt <= last and int(row.x[nxt]) == mask_id and int(where[nxt]) >= 0:
+        eligible = torch.tensor([nxt], dtype=torch.long, device=row.x.device)
+        decision = _propose(row, eligible, _allowed_scores(row, eligible, logits, where), config)
+        assert decision is not None
+        token, prob = decision.tokens[0], decision.prob[0]
+        if token in words or prob < config.neighbour_threshold:
+            return
+        if not bool(_passes(decision.score[0], config)):
+            return
+        written, ended = _write(row, [(nxt, token, prob)], config, no_repeats=False)
+        out[0].extend(written)
+        out[1].extend(ended)
+        out[2].append(prob)
+        nxt += 1
 
 
 def _pad_tails(

@@ -276,3 +276,24 @@ def test_the_bench_holes_drafts_so_entities_can_be_copied_and_values_so_they_can
     assert {c.request["segments"][0].get("text") for c in val_drafts} != {
         c.request["segments"][0].get("text") for c in drafts
     }
+
+
+def test_the_pattern_runs_study_marks_the_presets_and_gives_each_its_wall_ratio() -> None:
+    from bench.pattern_runs_study import SETS, candidates, markdown
+    from gpu_worker.config import PRESETS
+
+    chosen = candidates()
+    assert {c.pattern_runs for c in chosen.values()} == {True, False}
+    now = [name for name, config in chosen.items() if config in PRESETS.values()]
+    assert len(now) == 2  # both threshold presets, as they are now, are in the study
+    routes = {name: {"exact_match": 0.5, "validity": 1.0, "forward_passes": 2.0,
+                     "tokens_per_forward": 2.0,
+                     "seconds_per_case": 1.0 if name.endswith("off") else 0.75}
+              for name in chosen}  # fmt: skip
+    results = {"split": "val", "model": "m", "command": "c",
+               "configs": {n: json.loads(c.to_json()) for n, c in chosen.items()},
+               **{label: {"cases": 1, "routes": routes} for label in SETS}}  # fmt: skip
+    text = markdown(results)
+    for name in now:
+        assert text.count(f"| **{name}** |") == len(SETS)
+    assert text.count("| 0.750 | 0.75 |") == 2 * len(SETS)  # on / off, per preset

@@ -82,6 +82,7 @@ sampler_configs = st.builds(
     cache_refresh=st.integers(0, 3),  # the delayed cache's: once, every block, 2nd, 3rd
     error_budget=st.sampled_from([0.0, 0.3, 2.0]),
     anchored=st.booleans(),
+    pattern_runs=st.booleans(),
 )
 
 
@@ -498,6 +499,56 @@ def test_anchored_commits_grow_from_written_text_inside_their_hole(
     else:
         assert order[0] == first
     assert written == words
+
+
+class Ballot(Stand):
+    """A model with fixed logits: ``votes`` maps a position to {token: logit}; 0 elsewhere."""
+
+    def __init__(
+        self, like: StencilTransformer, vocab: int, votes: dict[int, dict[int, float]]
+    ) -> None:
+        super().__init__(like)
+        self.vocab, self.votes = vocab, votes
+
+    def forward(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        logits = torch.zeros((*ids.shape, self.vocab))
+        for position, votes in self.votes.items():
+            for token, logit in votes.items():
+                logits[:, position, token] = logit
+        return logits
+
+
+# (pattern_runs, neighbour_threshold, each step's committed offsets in the hole): the model
+# is sure of "AB-1" and EOS, and torn between "2" and "7" at the last digit (p = 1/2 each);
+# a run carries no letter, so "B" waits for the pass after "A"
+PATTERN_RUNS = [(False, 0.0, [[0], [1], [2], [3], [4], [5]]),
+                (True, 0.0, [[0], [1, 2, 3, 4, 5]]),
+                (True, 0.9, [[0], [1, 2, 3], [4, 5]])]  # fmt: skip
+
+
+@pytest.mark.parametrize(("runs", "bar", "steps"), PATTERN_RUNS)
+def test_a_pattern_hole_writes_its_sure_run_without_letters_in_one_pass(
+    tokenizer: StencilTokenizer, model: StencilTransformer, runs: bool, bar: float,
+    steps: list[list[int]],
+) -> None:  # fmt: skip
+    canvas = canvas_of(tokenizer, [{"text": "Ref:"}, {"hole": "a", "max_tokens": 7,
+                                   "constraint": {"pattern": "[A-Z]{2}-\\d{2}"}}, {"text": "."}])  # fmt: skip
+    start = canvas.holes[0].start
+    chars = [tokenizer.encode(c) for c in "AB-127"]
+    assert all(len(ids) == 1 for ids in chars), "each character is one token"
+    a, b, dash, one, two, seven = (ids[0] for ids in chars)
+    votes = {start + i: {token: 20.0} for i, token in enumerate([a, b, dash, one])}
+    votes[start + 4] = {two: 20.0, seven: 20.0}
+    votes[start + 5] = {model.eos_id: 20.0}
+    config = SamplerConfig(commit_rule="threshold", threshold=0.3, neighbour_threshold=bar,
+                           pattern_runs=runs)  # fmt: skip
+    result = denoise(Ballot(model, tokenizer.vocab_size, votes), canvas, config, torch.Generator())
+    assert [[p - start for p in info.committed] for info in result.trace] == steps
+    assert result.trace[-1].padded == [start + 6]  # EOS ends the hole: the rest is padded
+    assert result.hole_texts["a"] in ("AB-12", "AB-17")
+    assert validate(canvas, result.ids, tokenizer) == []
 
 
 def test_eos_in_a_hole_ends_it_and_the_tail_is_stripped(
