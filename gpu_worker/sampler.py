@@ -654,8 +654,12 @@ def _commit_step(
     if config.pattern_runs and config.commit_rule != "even":
         for position in written:
             if row.hole_at[position] in row.pattern_state:
-                _pattern_run(row, position, int(block[-1]), logits, where, config,
-                             (committed, padded, probs))  # fmt: skip
+                run, run_padded, run_probs = _pattern_run(
+                    row, position, int(block[-1]), logits, where, config
+                )
+                committed.extend(run)
+                padded.extend(run_padded)
+                probs.extend(run_probs)
     return committed, padded, probs
 
 
@@ -666,16 +670,18 @@ def _pattern_run(
     logits: torch.Tensor,
     where: torch.Tensor,
     config: SamplerConfig,
-    out: tuple[list[int], list[int], list[float]],
-) -> None:
+) -> tuple[list[int], list[int], list[float]]:
     """``pattern_runs``: after a pattern hole's ``position`` is written, its next masked
     positions (up to the block's ``last``) are proposed one by one from the same logits,
     each under the automaton state its left neighbour's token led to, and written while
     each passes the rule and ``neighbour_threshold`` and holds no letter; an EOS / pad ends
-    the hole. Appends to ``out`` (committed, padded, probabilities)."""
+    the hole. Returns (committed, padded, probabilities), as :func:`_commit_step` does."""
     hole = row.canvas.holes[row.hole_at[position]]
     assert isinstance(hole.constraint, PatternConstraint)
     words, mask_id = hole.constraint.table.words, row.canvas.mask_id
+    committed: list[int] = []
+    padded: list[int] = []
+    probs: list[float] = []
     nxt = position + 1
     while nxt < hole.end and nxt <= last and int(row.x[nxt]) == mask_id and int(where[nxt]) >= 0:
         eligible = torch.tensor([nxt], dtype=torch.long, device=row.x.device)
@@ -683,14 +689,15 @@ def _pattern_run(
         assert decision is not None
         token, prob = decision.tokens[0], decision.prob[0]
         if token in words or prob < config.neighbour_threshold:
-            return
+            break
         if not bool(_passes(decision.score[0], config)):
-            return
+            break
         written, ended = _write(row, [(nxt, token, prob)], config, no_repeats=False)
-        out[0].extend(written)
-        out[1].extend(ended)
-        out[2].append(prob)
+        committed.extend(written)
+        padded.extend(ended)
+        probs.append(prob)
         nxt += 1
+    return committed, padded, probs
 
 
 def _pad_tails(
