@@ -27,7 +27,12 @@ from datetime import date, timedelta
 from typing import Any, Literal
 
 from gpu_worker.phrases import BANKS, Bank, is_held_out
-from gpu_worker.tokenizer import document_lead, encode_before_word, opens_line_or_value
+from gpu_worker.tokenizer import (
+    document_lead,
+    encode_before_word,
+    encode_document,
+    opens_line_or_value,
+)
 
 Split = Literal["train", "val", "test"]
 SpanKind = Literal["entity", "date", "number", "choice", "json_value", "sentence", "field"]
@@ -646,7 +651,7 @@ def tokenize_with_holes(
         cursor = b
     if cursor < len(doc.text):
         rest = doc.text[cursor:]
-        ids.extend(encode((document_lead(rest, spaced=spaced_lines) if cursor == 0 else "") + rest))
+        ids.extend(encode_document(encode, rest, spaced=spaced_lines) if cursor == 0 else encode(rest))
     return ids, [ranges[i] for i in range(len(holes))]
 
 def pattern_counts() -> dict[str, dict[str, int]]:

@@ -86,7 +86,7 @@ class StencilTokenizer:
 
     def encode_document(self, text: str) -> list[int]:
         """Token ids of a whole document (its first line spaced like the others)."""
-        return self.encode(self.document_prefix(text) + text)
+        return encode_document(self.encode, text, spaced=self.spaced_lines)
 
     @classmethod
     def train(cls, texts: Iterable[str], *, vocab_size: int) -> StencilTokenizer:
@@ -184,6 +184,12 @@ def document_lead(text: str, *, spaced: bool) -> str:
     """" " before ``text`` at a document's start under spaced lines (as after a newline:
     unless it is empty or starts with a newline), else ""."""
     return " " if spaced and text[:1] not in ("", "\n") else ""
+
+
+def encode_document(encode: Callable[[str], list[int]], text: str, *, spaced: bool) -> list[int]:
+    """Token ids of ``text`` as a whole document, or its start: under spaced lines
+    (``encode`` then follows them) with the virtual space of its first line."""
+    return encode(document_lead(text, spaced=spaced) + text)
 
 
 WORD_PROBE = "a"  # stands for the word that follows text tokenized by encode_before_word

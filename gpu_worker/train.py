@@ -52,7 +52,7 @@ from gpu_worker.model import (
     load_weights,
 )
 from gpu_worker.model import save_model as save_model_dir
-from gpu_worker.tokenizer import StencilTokenizer, document_lead
+from gpu_worker.tokenizer import StencilTokenizer, encode_document
 
 DEFAULT_TOKENIZER = Path("var/tokenizer/tokenizer.json")
 TOKENIZER_DOCS = 24_000  # train documents the BPE merges are learned from
@@ -122,6 +122,10 @@ class TrainConfig:
     data_offset: int = 0  # steps of documents to skip: a continuation reads documents anew
     eval_every: int = 250
     checkpoint_every: int = 100
+
+    def __post_init__(self) -> None:
+        if self.spaced_lines:  # spaced lines imply virtual spaces
+            object.__setattr__(self, "virtual_spaces", True)
 
 
 # -- corruption -------------------------------------------------------------------------------
@@ -242,7 +246,7 @@ def denoiser_example(
     row, rows = stratum
     t = max(cfg.min_t, (row + rng.random()) / rows)
     if rng.random() >= cfg.hole_fraction:
-        ids = encode(document_lead(doc.text, spaced=cfg.spaced_lines) + doc.text)[: cfg.max_len]
+        ids = encode_document(encode, doc.text, spaced=cfg.spaced_lines)[: cfg.max_len]
         chosen, w = mask_exactly(list(range(len(ids))), t, rng)
         inputs = [mc.mask_id if p in chosen else x for p, x in enumerate(ids)]
         weights = [w if p in chosen else 0.0 for p in range(len(ids))]
@@ -283,8 +287,8 @@ def fim_example(
     doc: Document, encode: Encoder, rng: random.Random, cfg: TrainConfig, mc: ModelConfig
 ) -> Example:
     if rng.random() >= cfg.fim_rate:
-        lead = document_lead(doc.text, spaced=cfg.spaced_lines)
-        seq = (encode(lead + doc.text) + [mc.eos_id])[: cfg.max_len + 1]
+        seq = (encode_document(encode, doc.text, spaced=cfg.spaced_lines) + [mc.eos_id])
+        seq = seq[: cfg.max_len + 1]
         return _next_token_example(seq, "plain")
     holes = pick_holes(doc, rng, cfg)[:1]
     ids, ranges = tokenize_with_holes(doc, holes, encode, document_boundaries=cfg.document_boundaries,
@@ -480,7 +484,7 @@ def model_config(cfg: TrainConfig, tok: StencilTokenizer) -> ModelConfig:
         d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
         ffn_hidden=cfg.ffn_hidden, max_len=cfg.max_len + 1, copy_dim=cfg.copy_dim,
         room_buckets=cfg.room_buckets, copy_twins=cfg.copy_twins,
-        virtual_spaces=cfg.virtual_spaces or cfg.spaced_lines, spaced_lines=cfg.spaced_lines,
+        virtual_spaces=cfg.virtual_spaces, spaced_lines=cfg.spaced_lines,
         extra={"corpus": "gpu_worker.corpus train split", "seed": cfg.seed},
     )  # fmt: skip
 
@@ -1046,7 +1050,7 @@ def main(argv: list[str] | None = None) -> None:
         template_prob=args.template_prob, ordered_hole_prob=args.ordered_hole_prob,
         invent_prob=args.invent_prob, checkpoint_every=args.checkpoint_every,
         document_boundaries=not args.segment_boundaries,
-        virtual_spaces=args.virtual_spaces or args.spaced_lines, spaced_lines=args.spaced_lines,
+        virtual_spaces=args.virtual_spaces, spaced_lines=args.spaced_lines,
     )  # fmt: skip
     checkpoint = args.checkpoint or Path("var/train") / args.out.name / "ckpt.pt"
     if args.init_from:  # a later phase may add a tokenization rule, never drop one
