@@ -34,7 +34,7 @@ from bench.sampler_bench import (  # noqa: E402
     eval_cases,
     run_routes,
 )
-from bench.threshold_study import save_study  # noqa: E402
+from bench.threshold_study import save_study, study_arguments  # noqa: E402
 from gpu_worker.backends import load_backend  # noqa: E402
 from gpu_worker.config import PRESETS, SamplerConfig  # noqa: E402
 from gpu_worker.corpus import Split  # noqa: E402
@@ -101,11 +101,7 @@ def markdown(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=Path("models/stencil-denoiser"))
-    parser.add_argument("--split", choices=["test", "val"], default="val")
-    parser.add_argument("--cases", type=int, default=48, help="single holes per hole kind")
-    parser.add_argument("--docs", type=int, default=80, help="documents with 8+ holes, per set")
-    parser.add_argument("--out", type=Path, default=Path("bench/sampler"))
+    study_arguments(parser, docs=80)
     args = parser.parse_args(argv)
     results = study(args.model, args.split, args.cases, args.docs)
     save_study(results, "bench/pattern_runs_study.py", argv, args.out, "pattern_runs_study",

@@ -25,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.sampler_bench import Route, drafting_cases, eval_cases, run_routes  # noqa: E402
-from bench.threshold_study import save_study  # noqa: E402
+from bench.threshold_study import save_study, study_arguments  # noqa: E402
 from gpu_worker.backends import load_backend  # noqa: E402
 from gpu_worker.config import PRESETS, SamplerConfig  # noqa: E402
 from gpu_worker.corpus import Split  # noqa: E402
@@ -108,12 +108,8 @@ def markdown(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=Path("models/stencil-denoiser"))
-    parser.add_argument("--split", choices=["test", "val"], default="val")
-    parser.add_argument("--cases", type=int, default=48, help="single holes per hole kind")
-    parser.add_argument("--docs", type=int, default=160, help="drafts with 8 or more holes")
+    study_arguments(parser, docs=160)
     parser.add_argument("--preset", choices=sorted(BASELINES), default=PRESET)
-    parser.add_argument("--out", type=Path, default=Path("bench/sampler"))
     args = parser.parse_args(argv)
     results = study(args.model, args.split, args.cases, args.docs, args.preset)
     stem = "preset_study" if args.preset == PRESET else f"preset_study_{args.preset}"

@@ -164,6 +164,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def study_arguments(parser: argparse.ArgumentParser, *, docs: int) -> None:
+    """The arguments every preset study takes: the model, the split (val by default: choose
+    there), single holes per hole kind, documents with 8 or more holes, and the output folder."""
+    parser.add_argument("--model", type=Path, default=Path("models/stencil-denoiser"))
+    parser.add_argument("--split", choices=["test", "val"], default="val")
+    parser.add_argument("--cases", type=int, default=48, help="single holes per hole kind")
+    parser.add_argument("--docs", type=int, default=docs, help="documents with 8 or more holes")
+    parser.add_argument("--out", type=Path, default=Path("bench/sampler"))
+
+
 def save_study(
     results: dict[str, Any], script: str, argv: list[str] | None, out: Path, stem: str,
     render: Callable[[dict[str, Any]], str],
