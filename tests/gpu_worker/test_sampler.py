@@ -427,23 +427,34 @@ def test_a_model_vocabulary_wider_than_the_canvas_never_writes_its_extra_tokens(
     assert validate(canvas, result.ids, tokenizer) == []
 
 
-class Beliefs(Stand):
+class Ballot(Stand):
+    """A model with fixed logits: ``votes`` maps a position to {token: logit}; 0 elsewhere."""
+
+    def __init__(
+        self, like: StencilTransformer, vocab: int, votes: dict[int, dict[int, float]]
+    ) -> None:
+        super().__init__(like)
+        self.vocab, self.votes = vocab, votes
+
+    def forward(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        logits = torch.zeros((*ids.shape, self.vocab))
+        for position, votes in self.votes.items():
+            for token, logit in votes.items():
+                logits[:, position, token] = logit
+        return logits
+
+
+class Beliefs(Ballot):
     """A model whose belief never changes: at each position in ``sure``, its token with the
     given probability (over ``vocab`` tokens), every other token even; elsewhere uniform."""
 
     def __init__(
         self, like: StencilTransformer, vocab: int, sure: dict[int, tuple[int, float]]
     ) -> None:
-        super().__init__(like)
-        self.vocab, self.sure = vocab, sure
-
-    def forward(
-        self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        logits = torch.zeros((*ids.shape, self.vocab))
-        for position, (token, p) in self.sure.items():
-            logits[:, position, token] = math.log(p * (self.vocab - 1) / (1 - p))
-        return logits
+        super().__init__(like, vocab, {position: {token: math.log(p * (vocab - 1) / (1 - p))}
+                                       for position, (token, p) in sure.items()})  # fmt: skip
 
 
 def four_words(
@@ -499,25 +510,6 @@ def test_anchored_commits_grow_from_written_text_inside_their_hole(
     else:
         assert order[0] == first
     assert written == words
-
-
-class Ballot(Stand):
-    """A model with fixed logits: ``votes`` maps a position to {token: logit}; 0 elsewhere."""
-
-    def __init__(
-        self, like: StencilTransformer, vocab: int, votes: dict[int, dict[int, float]]
-    ) -> None:
-        super().__init__(like)
-        self.vocab, self.votes = vocab, votes
-
-    def forward(
-        self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        logits = torch.zeros((*ids.shape, self.vocab))
-        for position, votes in self.votes.items():
-            for token, logit in votes.items():
-                logits[:, position, token] = logit
-        return logits
 
 
 # (pattern_runs, neighbour_threshold, each step's committed offsets in the hole): the model
