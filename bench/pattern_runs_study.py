@@ -19,7 +19,6 @@ Writes bench/sampler/pattern_runs_study[_val].json and PATTERN_RUNS_STUDY[_VAL].
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
 from pathlib import Path
@@ -28,17 +27,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.sampler_bench import (  # noqa: E402
-    Route,
     document_cases,
     drafting_cases,
     eval_cases,
-    run_routes,
 )
-from bench.threshold_study import save_study, study_arguments  # noqa: E402
+from bench.threshold_study import run_sets, save_study, study_arguments  # noqa: E402
 from gpu_worker.backends import load_backend  # noqa: E402
 from gpu_worker.config import PRESETS, SamplerConfig  # noqa: E402
 from gpu_worker.corpus import Split  # noqa: E402
-from gpu_worker.infill import infill_request  # noqa: E402
 
 STUDIED = ("fast", "balanced")  # the threshold presets (careful's even rule ignores the field)
 SETS = ("single holes", "drafts", "value spans")
@@ -57,23 +53,12 @@ def candidates() -> dict[str, SamplerConfig]:
 def study(model: Path, split: Split, cases: int, docs: int) -> dict[str, Any]:
     loaded = load_backend(model)
     configs = candidates()
-    routes: dict[str, Route] = {
-        name: functools.partial(infill_request, loaded, config=c) for name, c in configs.items()
-    }
     sets = {"single holes": eval_cases(loaded, cases, split=split),
             "drafts": drafting_cases(loaded, docs, split=split),
             "value spans": document_cases(loaded, docs, split=split)}  # fmt: skip
     out: dict[str, Any] = {"model": loaded.name, "split": split, "configs": {
         name: json.loads(config.to_json()) for name, config in configs.items()}}  # fmt: skip
-    for label, chosen in sets.items():
-        for case in chosen[:4]:  # warm-up: token tables, pattern automata
-            for config in configs.values():
-                infill_request(loaded, case.request, config=config)
-        runs = run_routes(routes, chosen, 1)
-        for r in runs.values():
-            del r["document_sha256"]
-        out[label] = {"cases": len(chosen), "routes": runs}
-    return out
+    return {**out, **run_sets(loaded, configs, sets, list(configs.values()))}
 
 
 def markdown(results: dict[str, Any]) -> str:

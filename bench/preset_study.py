@@ -16,7 +16,6 @@ Writes bench/sampler/preset_study[_balanced][_val].json and PRESET_STUDY[_BALANC
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
 from pathlib import Path
@@ -24,12 +23,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.sampler_bench import Route, drafting_cases, eval_cases, run_routes  # noqa: E402
-from bench.threshold_study import save_study, study_arguments  # noqa: E402
+from bench.sampler_bench import drafting_cases, eval_cases  # noqa: E402
+from bench.threshold_study import run_sets, save_study, study_arguments  # noqa: E402
 from gpu_worker.backends import load_backend  # noqa: E402
 from gpu_worker.config import PRESETS, SamplerConfig  # noqa: E402
 from gpu_worker.corpus import Split  # noqa: E402
-from gpu_worker.infill import infill_request  # noqa: E402
 
 PRESET = "fast"
 # The fast preset as it was before this study chose its anchored variant (threshold 0.7,
@@ -65,21 +63,11 @@ def candidates(preset: str = PRESET) -> dict[str, SamplerConfig]:
 def study(model: Path, split: Split, cases: int, docs: int, preset: str = PRESET) -> dict[str, Any]:
     loaded = load_backend(model)
     configs = candidates(preset)
-    routes: dict[str, Route] = {
-        name: functools.partial(infill_request, loaded, config=c) for name, c in configs.items()
-    }
     sets = {"single holes": eval_cases(loaded, cases, split=split),
             "drafts": drafting_cases(loaded, docs, split=split)}
     out: dict[str, Any] = {"model": loaded.name, "split": split, "preset": preset, "configs": {
         name: json.loads(config.to_json()) for name, config in configs.items()}}  # fmt: skip
-    for label, chosen in sets.items():
-        for case in chosen[:4]:  # warm-up: token tables, pattern automata
-            infill_request(loaded, case.request, config=BASELINES[preset])
-        runs = run_routes(routes, chosen, 1)
-        for r in runs.values():
-            del r["document_sha256"]
-        out[label] = {"cases": len(chosen), "routes": runs}
-    return out
+    return {**out, **run_sets(loaded, configs, sets, [BASELINES[preset]])}
 
 
 def markdown(results: dict[str, Any]) -> str:

@@ -20,17 +20,27 @@ Writes bench/sampler/threshold_study.json and THRESHOLD_STUDY.md (``_val`` / ``_
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.sampler_bench import KINDS, TAUS, eval_cases, exact, sampler_grid  # noqa: E402
-from gpu_worker.backends import load_backend  # noqa: E402
+from bench.sampler_bench import (  # noqa: E402
+    KINDS,
+    TAUS,
+    Case,
+    Route,
+    eval_cases,
+    exact,
+    run_routes,
+    sampler_grid,
+)
+from gpu_worker.backends import LoadedModel, load_backend  # noqa: E402
 from gpu_worker.config import SamplerConfig  # noqa: E402
 from gpu_worker.corpus import Split  # noqa: E402
 from gpu_worker.infill import infill_request  # noqa: E402
@@ -162,6 +172,28 @@ def main(argv: list[str] | None = None) -> int:
                     anchored_bars=tuple(float(b) for b in args.anchored_bars.split(",") if b))  # fmt: skip
     save_study(results, "bench/threshold_study.py", argv, args.out, "threshold_study", markdown)
     return 0
+
+
+def run_sets(
+    loaded: LoadedModel, configs: dict[str, SamplerConfig], sets: dict[str, list[Case]],
+    warm: Sequence[SamplerConfig],
+) -> dict[str, Any]:  # fmt: skip
+    """Each set's cases through every config, side by side (``run_routes``), after a warm-up
+    of its first four cases with the ``warm`` configs (token tables, pattern automata): per
+    set label, {"cases": n, "routes": name -> summary} (without the documents' hashes)."""
+    routes: dict[str, Route] = {
+        name: functools.partial(infill_request, loaded, config=c) for name, c in configs.items()
+    }
+    out: dict[str, Any] = {}
+    for label, chosen in sets.items():
+        for case in chosen[:4]:
+            for config in warm:
+                infill_request(loaded, case.request, config=config)
+        runs = run_routes(routes, chosen, 1)
+        for r in runs.values():
+            del r["document_sha256"]
+        out[label] = {"cases": len(chosen), "routes": runs}
+    return out
 
 
 def study_arguments(parser: argparse.ArgumentParser, *, docs: int) -> None:
