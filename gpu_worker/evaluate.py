@@ -30,6 +30,7 @@ import json
 import random
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -602,16 +603,22 @@ def write_samples(
              "sentence, choice and JSON value and every later mention of a repeated entity; text",
              "written by a model is between ⟦ and ⟧. Under each: the original and AR-FIM's fill.",
              "Command: `python -m gpu_worker.evaluate --samples"
-             + ("`." if split == "test" else f" --split {split}`."), ""]  # fmt: skip
+             + ("" if split == "test" else f" --split {split}")
+             + ("" if out == Path("bench/eval") else f" --out {out}") + "`.", ""]  # fmt: skip
     header = len(lines)  # the judged table goes after the header, before the documents
     judged = ar is not None and judge_per_kind > 0
     table = [f"How typical the documents read: mean NLL per token (nats) of the whole text, "
              f"read left to right by AR-FIM, over {judge_per_kind} {split} documents of each kind "
              "holed as below (lower is more typical; the judge favours its own fills), and how "
              "many of their holes each model wrote exactly as the original (spaces at the ends "
-             "aside): the later mentions of entities, and all holes.", "",
+             "aside): the later mentions of entities, and all holes; and the share of the words "
+             f"in the holes that neither the first {LEXICON_DOCS:,} train documents nor the "
+             "document's locked text spells (a word spelled from pieces, such as \"Sngineer\"; "
+             "the originals' held-out phrase variants and values hold a few).", "",
              "| kind | original | denoiser | AR-FIM | entity holes exact (D / AR of n) | "
-             "all holes exact (D / AR of n) |", "|---|---|---|---|---|---|"]  # fmt: skip
+             "all holes exact (D / AR of n) | words not in the train corpus (original / D / "
+             "AR) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lexicon = train_lexicon() if judged else frozenset()
     totals = [0.0, 0.0, 0.0]
     all_counts = HoleCounts()
     for kind in KINDS:
@@ -628,7 +635,7 @@ def write_samples(
             if judged:
                 sums = [t + x / judge_per_kind for t, x in zip(sums, nll, strict=True)]
                 assert fill is not None  # a judge is AR-FIM, which also fills
-                counts.add(case, outcome.holes, fill.holes)
+                counts.add(case, outcome.holes, fill.holes, lexicon)
             if n == 0:  # the first document of each kind is shown whole
                 lines += _sample_lines(kind, split, doc, case, outcome, fill, nll)
         if judged:
@@ -637,8 +644,12 @@ def write_samples(
             totals = [t + x / len(KINDS) for t, x in zip(totals, sums, strict=True)]
             all_counts.merge(counts)
     if judged:
+        unseen = ", ".join(f"{w} ({n})" if n > 1 else w
+                           for w, n in all_counts.unseen_words_d.most_common(24))  # fmt: skip
         table += [f"| **mean** | {totals[0]:.2f} | {totals[1]:.2f} | {totals[2]:.2f} | "
-                  f"{all_counts.cells()} |", ""]  # fmt: skip
+                  f"{all_counts.cells()} |", "",
+                  f"The denoiser's words not in the train corpus, most frequent first: {unseen or 'none'}.",
+                  ""]  # fmt: skip
         lines[header:header] = table
     text = "\n".join(lines)
     out.mkdir(parents=True, exist_ok=True)
@@ -646,10 +657,33 @@ def write_samples(
     return text
 
 
+LETTERS = re.compile(r"[A-Za-z]+")
+LEXICON_DOCS = 20_000  # train documents whose words make the lexicon of the samples' table
+
+
+def train_lexicon(docs: int = LEXICON_DOCS) -> frozenset[str]:
+    """Every word (a run of letters) of the first ``docs`` train documents. A word a model
+    writes that is not here is one it spelled itself from pieces ("Sngineer"): a held-out
+    phrase variant holds a few such words too, which the originals' column counts."""
+    return frozenset(w for i in range(docs) for w in LETTERS.findall(document_at("train", i).text))
+
+
+def locked_text(case: Case) -> str:
+    """The text of ``case``'s document outside its holes, what a model is shown."""
+    cuts = sorted((h.span.start, h.span.end) for h in case.holes)
+    starts = [0] + [end for _, end in cuts]
+    ends = [start for start, _ in cuts] + [len(case.doc.text)]
+    return "".join(case.doc.text[a:b] for a, b in zip(starts, ends, strict=True))
+
+
 @dataclass
 class HoleCounts:
     """Holes written exactly as the original, by the denoiser and by AR-FIM: entity holes
-    (the later mentions) and all holes."""
+    (the later mentions) and all holes; and the words (runs of letters) in the holes of the
+    original, the denoiser's and AR-FIM's text, with how many of them are in neither the
+    lexicon (:func:`train_lexicon`) nor the document's locked text (a Faker town such as
+    "Lawsonmouth" copied from the letterhead is no misspelling), the denoiser's such words
+    counted by spelling."""
 
     entities: int = 0
     entities_d: int = 0
@@ -657,8 +691,18 @@ class HoleCounts:
     holes: int = 0
     holes_d: int = 0
     holes_ar: int = 0
+    words: int = 0
+    words_d: int = 0
+    words_ar: int = 0
+    unseen: int = 0
+    unseen_d: int = 0
+    unseen_ar: int = 0
+    unseen_words_d: Counter[str] = field(default_factory=Counter)
 
-    def add(self, case: Case, denoiser: dict[str, str], ar: dict[str, str]) -> None:
+    def add(
+        self, case: Case, denoiser: dict[str, str], ar: dict[str, str], lexicon: frozenset[str]
+    ) -> None:
+        known = lexicon | set(LETTERS.findall(locked_text(case)))
         for hole in case.holes:
             d, a = (exact(fills.get(hole.name, ""), hole.target) for fills in (denoiser, ar))
             self.holes += 1
@@ -668,14 +712,26 @@ class HoleCounts:
                 self.entities += 1
                 self.entities_d += d
                 self.entities_ar += a
+            original, mine, theirs = (LETTERS.findall(text) for text in (
+                hole.target, denoiser.get(hole.name, ""), ar.get(hole.name, "")))  # fmt: skip
+            self.words += len(original)
+            self.words_d += len(mine)
+            self.words_ar += len(theirs)
+            self.unseen += sum(w not in known for w in original)
+            self.unseen_d += sum(w not in known for w in mine)
+            self.unseen_ar += sum(w not in known for w in theirs)
+            self.unseen_words_d.update(w for w in mine if w not in known)
 
     def merge(self, other: HoleCounts) -> None:
         for f in fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     def cells(self) -> str:
+        share = " / ".join(f"{u / max(w, 1):.1%}" for u, w in (
+            (self.unseen, self.words), (self.unseen_d, self.words_d),
+            (self.unseen_ar, self.words_ar)))  # fmt: skip
         return (f"{self.entities_d} / {self.entities_ar} of {self.entities} | "
-                f"{self.holes_d} / {self.holes_ar} of {self.holes}")  # fmt: skip
+                f"{self.holes_d} / {self.holes_ar} of {self.holes} | {share}")  # fmt: skip
 
 
 def _first_of_kind(split: Split, kind: str, count: int) -> Iterator[Document]:

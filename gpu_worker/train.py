@@ -52,7 +52,12 @@ from gpu_worker.model import (
     load_weights,
 )
 from gpu_worker.model import save_model as save_model_dir
-from gpu_worker.tokenizer import StencilTokenizer, encode_document
+from gpu_worker.tokenizer import (
+    StencilTokenizer,
+    document_lead,
+    encode_document,
+    spaced_text,
+)
 
 DEFAULT_TOKENIZER = Path("var/tokenizer/tokenizer.json")
 TOKENIZER_DOCS = 24_000  # train documents the BPE merges are learned from
@@ -940,9 +945,35 @@ def write_model_card(
     (out / "MODEL_CARD.md").write_text(render_model_card(out, summary, metrics))
 
 
-def train_tokenizer(out: Path, *, docs: int = TOKENIZER_DOCS) -> StencilTokenizer:
-    pieces = (p for i in range(docs) for p in document_pieces(document_at("train", i)))
-    tok = StencilTokenizer.train(pieces, vocab_size=VOCAB_SIZE)
+def tokenizer_texts(docs: int, *, spaced: bool = False) -> Iterator[str]:
+    """What the BPE merges are learned from: the first ``docs`` train documents, each cut at
+    every span boundary (see :func:`tokenizer_pieces`)."""
+    for i in range(docs):
+        yield from tokenizer_pieces(document_at("train", i), spaced=spaced)
+
+
+def tokenizer_pieces(doc: Document, *, spaced: bool = False) -> list[str]:
+    """``doc`` cut at every span boundary. ``spaced``: the pieces as a tokenizer with spaced
+    lines reads the document (joined, they are its first line's virtual space and its
+    ``spaced_text``), so a word that starts a line is learned with its space (" Dear"), as
+    such a model sees it."""
+    pieces = document_pieces(doc)
+    if not spaced:
+        return pieces
+    out, tail = [], ""  # tail: the document so far, as far back as spaced_text looks
+    for n, piece in enumerate(pieces):
+        lead = document_lead(piece, spaced=True) if n == 0 else ""
+        out.append(lead + spaced_text(tail + piece)[len(spaced_text(tail)) :])
+        tail = (tail + piece)[-16:]
+    return out
+
+
+def train_tokenizer(
+    out: Path, *, docs: int = TOKENIZER_DOCS, vocab_size: int = VOCAB_SIZE, spaced: bool = False
+) -> StencilTokenizer:
+    """A byte-level BPE vocabulary of ``vocab_size`` learned from :func:`tokenizer_texts`,
+    saved to ``out``."""
+    tok = StencilTokenizer.train(tokenizer_texts(docs, spaced=spaced), vocab_size=vocab_size)
     out.parent.mkdir(parents=True, exist_ok=True)
     tok.save(out)
     return tok
@@ -973,6 +1004,10 @@ def main(argv: list[str] | None = None) -> None:
                              "training.json (weights trained elsewhere, such as scripts/train-gpu)")
     parser.add_argument("--out", type=Path, help="model directory (or tokenizer.json path)")
     parser.add_argument("--tokenizer", type=Path, default=DEFAULT_TOKENIZER)
+    parser.add_argument("--vocab-size", type=int, default=VOCAB_SIZE,
+                        help="tokenizer: the vocabulary's size, special tokens included")
+    parser.add_argument("--tokenizer-docs", type=int, default=TOKENIZER_DOCS,
+                        help="tokenizer: train documents the merges are learned from")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--minutes", type=float, help="wall-clock budget (fixes the step count)")
     parser.add_argument("--steps", type=int, help="exact step count (overrides --minutes)")
@@ -1014,7 +1049,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--spaced-lines", action="store_true",
                         help="every line start and JSON string value, locked text too, is "
                              "encoded with a virtual space (see ModelConfig.spaced_lines); "
-                             "implies --virtual-spaces")
+                             "implies --virtual-spaces; a tokenizer learns its merges from "
+                             "text so spaced")
     parser.add_argument("--checkpoint", type=Path, help="default var/train/<out name>/ckpt.pt")
     parser.add_argument("--init-from", type=Path,
                         help="start from this model directory's weights (new modules seeded)")
@@ -1031,7 +1067,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--kind is required (or --card DIR)")
     if args.kind == "tokenizer":
         target: Path = args.out or args.tokenizer
-        trained = train_tokenizer(target)
+        trained = train_tokenizer(target, docs=args.tokenizer_docs, vocab_size=args.vocab_size,
+                                  spaced=args.spaced_lines)  # fmt: skip
         print(f"tokenizer: {trained.vocab_size} tokens -> {target} (sha256 {file_sha256(target)})")
         return
     if args.out is None:

@@ -15,16 +15,19 @@ from gpu_worker.corpus import KINDS, Document, document_at, iter_split
 from gpu_worker.evaluate import (
     HOLE_KINDS,
     STARTS,
+    HoleCounts,
     build_cases,
     evaluate,
     hole_start,
     is_valid,
     judged_nll,
     locked_preserved,
+    locked_text,
     main,
     markdown_table,
     sample_case,
     starts_table,
+    train_lexicon,
     write_report,
     write_samples,
 )
@@ -154,7 +157,8 @@ def test_samples_show_every_kind_beside_ar_fim_with_the_judged_table(
     for row in rows[1:]:
         cells = row.strip("| ").split(" | ")
         assert all(float(cell) > 0 for cell in cells[1:4])  # judged NLL of each text
-        counts = [re.fullmatch(r"(\d+) / (\d+) of (\d+)", cell) for cell in cells[4:]]
+        counts = [re.fullmatch(r"(\d+) / (\d+) of (\d+)", cell) for cell in cells[4:6]]
+        assert re.fullmatch(r"\d+\.\d% / \d+\.\d% / \d+\.\d%", cells[6])  # words not in train
         assert all(m is not None and int(m[1]) <= int(m[3]) and int(m[2]) <= int(m[3])
                    for m in counts)  # fmt: skip
         if cells[0] in KINDS:  # one judged document per kind: its first one, holed as shown
@@ -166,6 +170,32 @@ def test_samples_show_every_kind_beside_ar_fim_with_the_judged_table(
     for kind in KINDS:
         assert f"## {kind} (test seed" in text
     assert text.count("<details><summary>AR-FIM:") == len(KINDS)
+    assert "The denoiser's words not in the train corpus, most frequent first: " in text
+
+
+def test_hole_counts_count_the_words_no_train_document_spells(
+    corpus_tokenizer: StencilTokenizer,
+) -> None:
+    lexicon = train_lexicon(300)
+    doc = next(document_at("test", i) for i in range(100) if document_at("test", i).kind == "job_offer")
+    case = sample_case(doc, corpus_tokenizer.encode)
+    originals = {h.name: h.target for h in case.holes}
+    sentence = next(h for h in case.holes if h.kind == "sentence")
+    locked = locked_text(case)
+    assert len(locked) + sum(len(h.target) for h in case.holes) == len(doc.text)
+    shown = next(w for w in re.findall(r"[A-Za-z]+", locked) if w not in lexicon)  # a name, say
+    garbled = {**originals, sentence.name: f"{shown} would like you to join us as Sngineer, bor,al."}
+    counts = HoleCounts()
+    counts.add(case, garbled, originals, lexicon)
+    assert counts.words_ar == counts.words and counts.unseen_ar == counts.unseen  # the originals
+    assert counts.unseen_words_d["Sngineer"] == 1 and "join" not in counts.unseen_words_d
+    assert shown not in counts.unseen_words_d  # copied from the locked text: no misspelling
+    assert counts.unseen_d == sum(counts.unseen_words_d.values()) >= 1
+    assert all(w not in lexicon for w in counts.unseen_words_d)
+    merged = HoleCounts()
+    merged.merge(counts)
+    merged.merge(counts)
+    assert merged.unseen_words_d["Sngineer"] == 2 and merged.words == 2 * counts.words
 
 
 def test_the_shipped_ar_judge_finds_a_real_document_more_typical_than_its_words_shuffled() -> None:

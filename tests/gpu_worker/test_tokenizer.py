@@ -8,7 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_worker.corpus import iter_split
-from gpu_worker.tokenizer import SPECIAL_TOKENS, StencilTokenizer, spaced_text, unspaced_text
+from gpu_worker.tokenizer import (
+    SPECIAL_TOKENS,
+    StencilTokenizer,
+    document_lead,
+    spaced_text,
+    unspaced_text,
+)
+from gpu_worker.train import tokenizer_pieces, train_tokenizer
 from tests.gpu_worker.conftest import shipped_tokenizer
 
 
@@ -86,3 +93,29 @@ def test_corpus_trained_bpe_compresses_documents(tmp_path: Path) -> None:
     tok = StencilTokenizer.train(texts, vocab_size=800)
     held = next(iter(iter_split("test", 1))).text
     assert len(tok.encode(held)) < len(held.encode()) / 1.5
+
+
+def test_spaced_pieces_join_to_the_spaced_document() -> None:
+    for doc in iter_split("train", 300):
+        plain = tokenizer_pieces(doc)
+        assert "".join(plain) == doc.text
+        assert "".join(tokenizer_pieces(doc, spaced=True)) == (
+            document_lead(doc.text, spaced=True) + spaced_text(doc.text)
+        )
+
+
+def test_a_vocabulary_learned_from_spaced_text_has_line_starting_words_whole(tmp_path: Path) -> None:
+    """" Dear" only ever starts a line: learned from spaced text it is one token, as a
+    spaced-lines model reads it; learned from plain text it is not."""
+    plain = train_tokenizer(tmp_path / "plain.json", docs=300, vocab_size=1200)
+    spaced = train_tokenizer(tmp_path / "spaced.json", docs=300, vocab_size=1200, spaced=True)
+    assert spaced.vocab_size == plain.vocab_size == 1200
+    letter = "Clinic\n\nDear Dr. Smith,\n"
+    read = {name: StencilTokenizer.from_file(tmp_path / f"{name}.json", spaced_lines=True)
+            for name in ("plain", "spaced")}  # fmt: skip
+    assert " Dear" in [read["spaced"].token_text(t) for t in read["spaced"].encode(letter)]
+    assert " Dear" not in [read["plain"].token_text(t) for t in read["plain"].encode(letter)]
+    held = [d.text for d in iter_split("test", 20)]
+    assert sum(len(read["spaced"].encode_document(t)) for t in held) < sum(
+        len(read["plain"].encode_document(t)) for t in held
+    )

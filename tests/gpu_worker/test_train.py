@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import random
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -476,3 +479,36 @@ def test_initial_weights_of_another_architecture_are_refused(tokenizer_file: Pat
     model = StencilTransformer(model_config(cfg, StencilTokenizer.from_file(tokenizer_file)))
     with pytest.raises(ValueError, match="does not fit"):
         load_initial_weights(model, out)
+
+
+def test_train_gpu_scratch_runs_end_to_end_and_brings_back_what_the_device_returns(
+    tmp_path: Path,
+) -> None:
+    """scripts/train-gpu-scratch as a lent GPU runs it, here on the CPU for seconds: a
+    vocabulary learned from spaced text, both models from scratch on it, AR-FIM trained to the
+    denoiser's compute; what it leaves is at most the device tool's 8 files."""
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "out"
+    env = {**os.environ, "DEVICE": "cpu", "WORKERS": "0", "TOKENIZER_DOCS": "200",
+           "VOCAB": "700", "BATCH": "2", "AR_BATCH": "2", "PYTHON": sys.executable,
+           "CKPT_DIR": str(tmp_path / "work")}  # fmt: skip
+    run = subprocess.run([str(root / "scripts" / "train-gpu-scratch"), str(out), "0.05", "0.05"],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert files == ["ar/config.json", "ar/model.safetensors", "ar/training.json",
+                     "den/config.json", "den/model.safetensors", "den/tokenizer.json",
+                     "den/training.json", "train.log"]  # fmt: skip
+    tok = StencilTokenizer.from_file(out / "den" / "tokenizer.json", spaced_lines=True)
+    assert tok.vocab_size == 700
+    letter = [tok.token_text(t) for t in tok.encode("Clinic\n\nDear Dr. Smith,\n")]
+    assert " Dear" in letter  # learned from spaced text
+    summaries = {}
+    for name, kind in (("den", "denoiser"), ("ar", "ar_fim")):
+        config = json.loads((out / name / "config.json").read_text())
+        assert config["kind"] == kind and config["vocab_size"] == 700 and config["spaced_lines"]
+        summaries[name] = json.loads((out / name / "training.json").read_text())
+        assert "init_from" not in summaries[name]  # from scratch
+    assert load_backend(out / "den").tokenizer.vocab_size == 700  # the service loads it
+    log = (out / "train.log").read_text()  # AR-FIM's target is the denoiser's compute
+    assert f"denoiser: {summaries['den']['flops']} FLOPs; AR-FIM trains to the same" in log
