@@ -904,6 +904,7 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
     """How to rebuild the weights: one command per training phase (a resumed run re-plans
     its cosine schedule for the new step count, so the phases must be repeated as they ran)."""
     runs = []
+    vocabulary: str | None = None
     for n, phase in enumerate(training_phases(summary)):
         cfg = phase["config"]
         command = (f"python -m gpu_worker.train --kind {phase['kind']} --out models/{out.name} "
@@ -932,8 +933,17 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
             command += f" --batch-size {cfg['batch_size']}"
         if "device" in phase:
             command += f" --device {phase['device']}"
+        if vocabulary is not None:  # phases after a transplant read its vocabulary
+            command += f" --tokenizer {vocabulary}"
         resumes = phase.get("phases") or [phase["steps"]]
         runs += [f"`{command} --steps {steps}`" for steps in resumes]
+        moved = phase.get("vocabulary_transplant")
+        if moved:  # then the weights moved onto another vocabulary
+            vocabulary = f"var/tokenizer/{moved['tokenizer_sha256'][:12]}.json"
+            runs.append(f"`python -m gpu_worker.train --transplant models/{out.name} "
+                        f"--tokenizer {vocabulary} --out models/{out.name}` ({vocabulary}: the "
+                        f"{moved['vocab_size']:,}-token vocabulary with sha256 "
+                        f"{moved['tokenizer_sha256']})")  # fmt: skip
     note = (" (a later run of the same phase resumes from that phase's checkpoint under "
             "var/train/; each --init-from phase starts from the weights before it)") if len(runs) > 1 else ""  # fmt: skip
     return f"Reproduce: `python -m gpu_worker.train --kind tokenizer`, then {' then '.join(runs)}{note}."
@@ -977,6 +987,56 @@ def train_tokenizer(
     out.parent.mkdir(parents=True, exist_ok=True)
     tok.save(out)
     return tok
+
+
+def transplant_vocabulary(source: Path, tokenizer: Path, out: Path) -> dict[str, Any]:
+    """``source``'s model moved onto the vocabulary in ``tokenizer``, written to ``out``
+    (weights, config, the tokenizer, and ``training.json``: the source's, with a
+    ``vocabulary_transplant`` record, so the chain's compute still adds up). Returns that record.
+
+    The transformer, copy head and room embedding keep their weights. A new token's input
+    embedding is the mean of the embeddings of the source tokens that spell it, and its output
+    row is that of the first of them (the source's score for the word's start); special tokens
+    keep theirs, at the ids every Stencil vocabulary gives them. The copy head's twin table is
+    the new vocabulary's. A continuation (``--init-from out`` with ``--tokenizer``) then trains
+    the model on its new tokens. Tokenization rules (virtual spaces, spaced lines) stay the
+    source's."""
+    from gpu_worker.model import load_model
+
+    old = load_model(source)
+    oc = old.config
+    rules = {"virtual_spaces": oc.virtual_spaces, "spaced_lines": oc.spaced_lines}
+    before = StencilTokenizer.from_file(source / "tokenizer.json", **rules)
+    after = StencilTokenizer.from_file(tokenizer, **rules)
+    if after.special != before.special:
+        raise ValueError(f"{tokenizer} gives the special tokens other ids ({after.special}) "
+                         f"than {source} ({before.special})")  # fmt: skip
+    mc = replace(oc, vocab_size=after.vocab_size)
+    model = StencilTransformer(mc)
+    state = {k: v for k, v in old.state_dict().items()
+             if k not in ("embed.weight", "head.weight", "copy.twins")}  # fmt: skip
+    model.load_state_dict(state, strict=False)
+    if mc.copy_twins:
+        model.copy.set_twins(*after.space_twins())
+    embed, head = old.embed.weight.detach(), old.head.weight.detach()
+    with torch.no_grad():
+        for i in range(after.vocab_size):
+            if after.is_special(i):
+                model.embed.weight[i], model.head.weight[i] = embed[i], head[i]
+                continue
+            # the source's BPE on the token's byte-level spelling (a lone byte of a character too)
+            pieces = [t.id for t in before.tok.model.tokenize(after.tok.id_to_token(i))]
+            model.embed.weight[i] = embed[pieces].mean(0)
+            model.head.weight[i] = head[pieces[0]]
+    save_model_dir(model, out, dtype=torch.float32)  # a starting point, not a shipped model
+    shutil.copyfile(tokenizer, out / "tokenizer.json")
+    record = {"tokenizer_sha256": file_sha256(tokenizer), "vocab_size": after.vocab_size,
+              "source_vocab_size": before.vocab_size,
+              "source_weights_sha256": file_sha256(source / "model.safetensors")}  # fmt: skip
+    summary = json.loads((source / "training.json").read_text())
+    summary["vocabulary_transplant"] = record
+    (out / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return record
 
 
 def _config_of(directory: Path) -> dict[str, Any]:
@@ -1054,6 +1114,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpoint", type=Path, help="default var/train/<out name>/ckpt.pt")
     parser.add_argument("--init-from", type=Path,
                         help="start from this model directory's weights (new modules seeded)")
+    parser.add_argument("--transplant", type=Path, metavar="DIR",
+                        help="only move DIR's model onto the --tokenizer vocabulary, into --out "
+                             "(continue it with --init-from; see transplant_vocabulary)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.card is not None:
@@ -1063,8 +1126,15 @@ def main(argv: list[str] | None = None) -> None:
         write_sha256sums(args.card.parent)
         print(f"{args.card / 'MODEL_CARD.md'}: {len(training_phases(summary))} phases")
         return
+    if args.transplant is not None:
+        if args.out is None:
+            parser.error("--transplant needs --out")
+        record = transplant_vocabulary(args.transplant, args.tokenizer, args.out)
+        print(f"{args.transplant} -> {args.out}: {record['source_vocab_size']:,} -> "
+              f"{record['vocab_size']:,} tokens")  # fmt: skip
+        return
     if args.kind is None:
-        parser.error("--kind is required (or --card DIR)")
+        parser.error("--kind is required (or --card DIR, or --transplant DIR)")
     if args.kind == "tokenizer":
         target: Path = args.out or args.tokenizer
         trained = train_tokenizer(target, docs=args.tokenizer_docs, vocab_size=args.vocab_size,

@@ -37,6 +37,7 @@ from gpu_worker.train import (
     repeated_spans,
     template_holes,
     train,
+    training_phases,
 )
 
 TINY = {"d_model": 32, "n_layers": 2, "n_heads": 2, "ffn_hidden": 64, "batch_size": 4,
@@ -512,3 +513,47 @@ def test_train_gpu_scratch_runs_end_to_end_and_brings_back_what_the_device_retur
     assert load_backend(out / "den").tokenizer.vocab_size == 700  # the service loads it
     log = (out / "train.log").read_text()  # AR-FIM's target is the denoiser's compute
     assert f"denoiser: {summaries['den']['flops']} FLOPs; AR-FIM trains to the same" in log
+
+
+def test_a_transplant_moves_a_model_onto_a_new_vocabulary_and_a_continuation_trains_it(
+    tokenizer_file: Path, corpus_tokenizer: StencilTokenizer, tmp_path: Path
+) -> None:
+    source = tmp_path / "models" / "tiny-denoiser"
+    _tiny_cli(source, tokenizer_file, tmp_path / "a.pt", "--copy-twins", "--spaced-lines")
+    bigger = tmp_path / "bigger.json"
+    main(["--kind", "tokenizer", "--spaced-lines", "--vocab-size", "700", "--tokenizer-docs",
+          "150", "--out", str(bigger)])  # fmt: skip
+    moved = tmp_path / "moved"
+    main(["--transplant", str(source), "--tokenizer", str(bigger), "--out", str(moved)])
+    old, new = load_model(source), load_model(moved)
+    after = StencilTokenizer.from_file(bigger, spaced_lines=True)
+    assert new.config.vocab_size == after.vocab_size == 700 and new.config.spaced_lines
+    for name, weight in old.state_dict().items():  # the body is the source's
+        if name not in ("embed.weight", "head.weight", "copy.twins"):
+            torch.testing.assert_close(new.state_dict()[name], weight)
+    assert new.copy.twins.tolist() == [list(t) for t in after.space_twins()]
+    before_vocab = corpus_tokenizer.tok.get_vocab()
+    for text, i in list(after.tok.get_vocab().items())[:300]:
+        if after.is_special(i):
+            torch.testing.assert_close(new.embed.weight[i], old.embed.weight[i])
+        elif text in before_vocab:  # a token both spell alike keeps its rows
+            j = before_vocab[text]
+            torch.testing.assert_close(new.embed.weight[i], old.embed.weight[j])
+            torch.testing.assert_close(new.head.weight[i], old.head.weight[j])
+    spaced = [after.token_text(t) for t in after.encode("Clinic\n\nDear Dr. Smith,\n")]
+    pieces = corpus_tokenizer.tok.encode(" Dear").ids
+    assert " Dear" in spaced and len(pieces) > 1  # a new word: the mean of the pieces spelling it
+    torch.testing.assert_close(new.embed.weight[after.tok.token_to_id("ĠDear")],
+                                   old.embed.weight[pieces].mean(0))  # fmt: skip
+    summary = json.loads((moved / "training.json").read_text())
+    assert summary["vocabulary_transplant"]["vocab_size"] == 700
+    assert summary["steps"] == json.loads((source / "training.json").read_text())["steps"]
+    out = tmp_path / "models" / "tiny-moved"
+    main(["--kind", "denoiser", "--out", str(out), "--tokenizer", str(bigger), "--steps", "2",
+          "--d-model", "32", "--layers", "2", "--heads", "2", "--ffn", "64", "--batch-size", "2",
+          "--eval-every", "2", "--no-bf16", "--copy-twins", "--spaced-lines",
+          "--init-from", str(moved), "--checkpoint", str(tmp_path / "b.pt")])  # fmt: skip
+    continued = json.loads((out / "training.json").read_text())
+    assert len(training_phases(continued)) == 2  # the source's phase, then the continuation
+    assert load_model(out).copy.twins.tolist() == new.copy.twins.tolist()
+    assert "--transplant" in (out / "MODEL_CARD.md").read_text()
