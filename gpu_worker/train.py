@@ -1003,6 +1003,11 @@ def transplant_vocabulary(source: Path, tokenizer: Path, out: Path) -> dict[str,
     source's."""
     from gpu_worker.model import load_model
 
+    if not (source / "training.json").is_file():
+        raise ValueError(f"{source} has no training.json: a transplant continues a Stencil "
+                         "model's chain of phases")  # fmt: skip
+    summary = json.loads((source / "training.json").read_text())
+    source_sha256 = file_sha256(source / "model.safetensors")  # before ``out`` may replace it
     old = load_model(source)
     oc = old.config
     rules = {"virtual_spaces": oc.virtual_spaces, "spaced_lines": oc.spaced_lines}
@@ -1029,11 +1034,11 @@ def transplant_vocabulary(source: Path, tokenizer: Path, out: Path) -> dict[str,
             model.embed.weight[i] = embed[pieces].mean(0)
             model.head.weight[i] = head[pieces[0]]
     save_model_dir(model, out, dtype=torch.float32)  # a starting point, not a shipped model
-    shutil.copyfile(tokenizer, out / "tokenizer.json")
-    record = {"tokenizer_sha256": file_sha256(tokenizer), "vocab_size": after.vocab_size,
-              "source_vocab_size": before.vocab_size,
-              "source_weights_sha256": file_sha256(source / "model.safetensors")}  # fmt: skip
-    summary = json.loads((source / "training.json").read_text())
+    if tokenizer.resolve() != (out / "tokenizer.json").resolve():
+        shutil.copyfile(tokenizer, out / "tokenizer.json")
+    record = {"tokenizer_sha256": file_sha256(out / "tokenizer.json"),
+              "vocab_size": after.vocab_size, "source_vocab_size": before.vocab_size,
+              "source_weights_sha256": source_sha256}  # fmt: skip
     summary["vocabulary_transplant"] = record
     (out / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
     return record

@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -38,6 +39,7 @@ from gpu_worker.train import (
     template_holes,
     train,
     training_phases,
+    transplant_vocabulary,
 )
 
 TINY = {"d_model": 32, "n_layers": 2, "n_heads": 2, "ffn_hidden": 64, "batch_size": 4,
@@ -547,6 +549,14 @@ def test_a_transplant_moves_a_model_onto_a_new_vocabulary_and_a_continuation_tra
                                    old.embed.weight[pieces].mean(0))  # fmt: skip
     summary = json.loads((moved / "training.json").read_text())
     assert summary["vocabulary_transplant"]["vocab_size"] == 700
+    in_place = tmp_path / "in-place"  # the card's Reproduce line moves models/NAME onto itself
+    shutil.copytree(source, in_place)
+    assert transplant_vocabulary(in_place, bigger, in_place) == summary["vocabulary_transplant"]
+    assert load_file(str(in_place / "model.safetensors")).keys() == load_file(
+        str(moved / "model.safetensors")).keys()  # fmt: skip
+    (in_place / "training.json").unlink()
+    with pytest.raises(ValueError, match="no training.json"):
+        transplant_vocabulary(in_place, bigger, tmp_path / "elsewhere")
     assert summary["steps"] == json.loads((source / "training.json").read_text())["steps"]
     out = tmp_path / "models" / "tiny-moved"
     main(["--kind", "denoiser", "--out", str(out), "--tokenizer", str(bigger), "--steps", "2",
