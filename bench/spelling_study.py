@@ -29,7 +29,7 @@ from gpu_worker.config import PRESETS, config_from_request  # noqa: E402
 from gpu_worker.corpus import KINDS, Split  # noqa: E402
 from gpu_worker.evaluate import (  # noqa: E402
     HoleCounts,
-    _first_of_kind,
+    first_of_kind,
     sample_case,
     train_lexicon,
 )
@@ -45,7 +45,7 @@ def study(denoiser_dir: Path, ar_dir: Path, split: Split, per_kind: int) -> dict
     counts = {(p, k): HoleCounts() for p in PRESETS for k in KINDS}
     seconds = dict.fromkeys(PRESETS, 0.0)
     for kind in KINDS:
-        for doc in _first_of_kind(split, kind, per_kind):
+        for doc in first_of_kind(split, kind, per_kind):
             case = sample_case(doc, denoiser.tokenizer.encode)
             theirs = infill_request_ar(ar, case.request(0), config=default).holes
             for preset in PRESETS:  # AR-FIM's column is the same run for every preset

@@ -624,7 +624,7 @@ def write_samples(
     for kind in KINDS:
         sums = [0.0, 0.0, 0.0]
         counts = HoleCounts()
-        for n, doc in enumerate(_first_of_kind(split, kind, judge_per_kind if judged else 1)):
+        for n, doc in enumerate(first_of_kind(split, kind, judge_per_kind if judged else 1)):
             case = sample_case(doc, denoiser.tokenizer.encode)
             outcome = infill_request(denoiser, case.request(seed), config=config)
             fill = infill_request_ar(ar, case.request(seed), config=config) if ar is not None else None
@@ -734,7 +734,7 @@ class HoleCounts:
                 f"{self.holes_d} / {self.holes_ar} of {self.holes} | {share}")  # fmt: skip
 
 
-def _first_of_kind(split: Split, kind: str, count: int) -> Iterator[Document]:
+def first_of_kind(split: Split, kind: str, count: int) -> Iterator[Document]:
     """The first ``count`` documents of ``kind`` in ``split``, in order."""
     index = found = 0
     while found < count:
