@@ -702,7 +702,11 @@ class HoleCounts:
     def add(
         self, case: Case, denoiser: dict[str, str], ar: dict[str, str], lexicon: frozenset[str]
     ) -> None:
-        known = lexicon | set(LETTERS.findall(locked_text(case)))
+        shown = set(LETTERS.findall(locked_text(case)))
+
+        def known(word: str) -> bool:
+            return word in lexicon or word in shown
+
         for hole in case.holes:
             d, a = (exact(fills.get(hole.name, ""), hole.target) for fills in (denoiser, ar))
             self.holes += 1
@@ -717,10 +721,10 @@ class HoleCounts:
             self.words += len(original)
             self.words_d += len(mine)
             self.words_ar += len(theirs)
-            self.unseen += sum(w not in known for w in original)
-            self.unseen_d += sum(w not in known for w in mine)
-            self.unseen_ar += sum(w not in known for w in theirs)
-            self.unseen_words_d.update(w for w in mine if w not in known)
+            self.unseen += sum(not known(w) for w in original)
+            self.unseen_d += sum(not known(w) for w in mine)
+            self.unseen_ar += sum(not known(w) for w in theirs)
+            self.unseen_words_d.update(w for w in mine if not known(w))
 
     def merge(self, other: HoleCounts) -> None:
         for f in fields(self):
