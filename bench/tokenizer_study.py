@@ -1,7 +1,8 @@
 """How candidate vocabularies cut the words a model must invent or copy.
 
-The shipped models read text with spaced lines (``ModelConfig.spaced_lines``), through a
-vocabulary learned from unspaced text; a model that invents a value it has never seen next to
+The models read text with spaced lines (``ModelConfig.spaced_lines``); until session 22 they
+did so through a vocabulary learned from unspaced text (4,096 tokens), and now through
+"spaced, 8,192". A model that invents a value it has never seen next to
 it (a job title in an offer letter, a company in an NDA) must spell it token by token. This
 study learns candidate vocabularies from the train split (``gpu_worker.train.train_tokenizer``)
 and measures, on test documents encoded as a spaced-lines model reads them:
@@ -34,9 +35,11 @@ from gpu_worker.corpus import document_at  # noqa: E402
 from gpu_worker.tokenizer import StencilTokenizer  # noqa: E402
 from gpu_worker.train import TOKENIZER_DOCS, VOCAB_SIZE, TrainConfig, train_tokenizer  # noqa: E402
 
-SHIPPED = Path("models/stencil-denoiser/tokenizer.json")
-# (label, vocabulary size, train documents the merges are learned from, spaced)
+# (label, vocabulary size, train documents the merges are learned from, spaced). The first is
+# the vocabulary the models read until session 22 (the same sha256 as the file they shipped with);
+# "spaced, 8,192" is the one they read now.
 CANDIDATES: tuple[tuple[str, int, int, bool], ...] = (
+    ("unspaced, 4,096 (shipped before session 22)", VOCAB_SIZE, TOKENIZER_DOCS, False),
     ("spaced, 4,096", VOCAB_SIZE, TOKENIZER_DOCS, True),
     ("spaced, 8,192", 8192, TOKENIZER_DOCS, True),
     ("spaced, 8,192, 96k docs", 8192, 4 * TOKENIZER_DOCS, True),
@@ -87,9 +90,6 @@ def measure(tok: StencilTokenizer, docs: int) -> dict[str, Any]:
 def study(docs: int) -> dict[str, Any]:
     width = TrainConfig.d_model
     rows: dict[str, Any] = {}
-    shipped = StencilTokenizer.from_file(SHIPPED, spaced_lines=True)
-    rows["shipped (unspaced, 4,096)"] = {"vocab_size": shipped.vocab_size, "train_seconds": None,
-                                         **measure(shipped, docs)}  # fmt: skip
     for label, size, train_docs, spaced in CANDIDATES:
         with tempfile.TemporaryDirectory() as scratch:  # the numbers are the result
             path = Path(scratch) / "tokenizer.json"

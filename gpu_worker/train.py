@@ -781,7 +781,7 @@ def render_model_card(
         "phrase variants only): referral letters, discharge summaries, incident reports, NDA clauses,",
         "invoices, job offers, meeting minutes, JSON records. Values from Faker (MIT licence), prose",
         "from hand-written phrase banks (`gpu_worker/phrases.py`). Generated on the fly; no document",
-        "is seen twice. Tokenizer: byte-level BPE, 4,096 tokens, trained on 24,000 train documents.",
+        f"is seen twice. Tokenizer: {_tokenizer_sentence(summary)}",
         "",
         "## Size and compute",
         "| | |",
@@ -900,6 +900,28 @@ def _compute_rows(summary: dict[str, Any]) -> list[str]:
     return rows
 
 
+def _last_transplant(summary: dict[str, Any]) -> dict[str, Any] | None:
+    moves = [p["vocabulary_transplant"] for p in training_phases(summary) if "vocabulary_transplant" in p]
+    return moves[-1] if moves else None
+
+
+def _tokenizer_sentence(summary: dict[str, Any]) -> str:
+    """The card's word on the vocabulary the weights now read."""
+    moved = _last_transplant(summary)
+    if moved is None:
+        return f"byte-level BPE, {VOCAB_SIZE:,} tokens, learned from {TOKENIZER_DOCS:,} train documents."
+    spaced = " as a spaced-lines model reads them" if summary["config"].get("spaced_lines") else ""
+    return (f"byte-level BPE, {moved['vocab_size']:,} tokens, learned from {TOKENIZER_DOCS:,} train "
+            f"documents{spaced}; the weights moved onto it from a {moved['source_vocab_size']:,}-token "
+            "vocabulary (`python -m gpu_worker.train --transplant`) and trained on.")  # fmt: skip
+
+
+def _tokenizer_command(moved: dict[str, Any], spaced: bool, path: str) -> str:
+    size = f" --vocab-size {moved['vocab_size']}" if moved["vocab_size"] != VOCAB_SIZE else ""
+    return (f"python -m gpu_worker.train --kind tokenizer{' --spaced-lines' if spaced else ''}"
+            f"{size} --out {path}")  # fmt: skip
+
+
 def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
     """How to rebuild the weights: one command per training phase (a resumed run re-plans
     its cosine schedule for the new step count, so the phases must be repeated as they ran)."""
@@ -940,10 +962,10 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
         moved = phase.get("vocabulary_transplant")
         if moved:  # then the weights moved onto another vocabulary
             vocabulary = f"var/tokenizer/{moved['tokenizer_sha256'][:12]}.json"
-            runs.append(f"`python -m gpu_worker.train --transplant models/{out.name} "
-                        f"--tokenizer {vocabulary} --out models/{out.name}` ({vocabulary}: the "
-                        f"{moved['vocab_size']:,}-token vocabulary with sha256 "
-                        f"{moved['tokenizer_sha256']})")  # fmt: skip
+            runs.append(f"`{_tokenizer_command(moved, bool(cfg.get('spaced_lines')), vocabulary)}` "
+                        f"(check that its sha256 is {moved['tokenizer_sha256']}) then "
+                        f"`python -m gpu_worker.train --transplant models/{out.name} "
+                        f"--tokenizer {vocabulary} --out models/{out.name}`")  # fmt: skip
     note = (" (a later run of the same phase resumes from that phase's checkpoint under "
             "var/train/; each --init-from phase starts from the weights before it)") if len(runs) > 1 else ""  # fmt: skip
     return f"Reproduce: `python -m gpu_worker.train --kind tokenizer`, then {' then '.join(runs)}{note}."
