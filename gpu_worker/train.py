@@ -781,7 +781,7 @@ def render_model_card(
         "phrase variants only): referral letters, discharge summaries, incident reports, NDA clauses,",
         "invoices, job offers, meeting minutes, JSON records. Values from Faker (MIT licence), prose",
         "from hand-written phrase banks (`gpu_worker/phrases.py`). Generated on the fly; no document",
-        f"is seen twice. Tokenizer: {_tokenizer_sentence(summary)}",
+        f"is seen twice. Tokenizer: {_tokenizer_sentence(out, summary)}",
         "",
         "## Size and compute",
         "| | |",
@@ -905,15 +905,19 @@ def _last_transplant(summary: dict[str, Any]) -> dict[str, Any] | None:
     return moves[-1] if moves else None
 
 
-def _tokenizer_sentence(summary: dict[str, Any]) -> str:
-    """The card's word on the vocabulary the weights now read."""
+def _tokenizer_sentence(out: Path, summary: dict[str, Any]) -> str:
+    """The card's word on the vocabulary the weights read: its size and hash as saved beside
+    them (how it was learned is not recorded; the Reproduce line gives the command)."""
+    saved = out / "tokenizer.json"
+    size = json.loads((out / "config.json").read_text())["vocab_size"]
+    text = f"byte-level BPE learned from train documents, {size:,} tokens"
+    if saved.is_file():
+        text += f" (`tokenizer.json`, sha256 {file_sha256(saved)[:12]}…)"
     moved = _last_transplant(summary)
-    if moved is None:
-        return f"byte-level BPE, {VOCAB_SIZE:,} tokens, learned from {TOKENIZER_DOCS:,} train documents."
-    spaced = " as a spaced-lines model reads them" if summary["config"].get("spaced_lines") else ""
-    return (f"byte-level BPE, {moved['vocab_size']:,} tokens, learned from {TOKENIZER_DOCS:,} train "
-            f"documents{spaced}; the weights moved onto it from a {moved['source_vocab_size']:,}-token "
-            "vocabulary (`python -m gpu_worker.train --transplant`) and trained on.")  # fmt: skip
+    if moved is not None:
+        text += (f"; the weights moved onto it from a {moved['source_vocab_size']:,}-token "
+                 "vocabulary (`python -m gpu_worker.train --transplant`) and trained on")  # fmt: skip
+    return text + "."
 
 
 def _tokenizer_command(moved: dict[str, Any], spaced: bool, path: str) -> str:

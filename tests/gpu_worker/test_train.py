@@ -567,7 +567,7 @@ def test_a_transplant_moves_a_model_onto_a_new_vocabulary_and_a_continuation_tra
     assert len(training_phases(continued)) == 2  # the source's phase, then the continuation
     assert load_model(out).copy.twins.tolist() == new.copy.twins.tolist()
     card = (out / "MODEL_CARD.md").read_text()
-    assert "--transplant" in card and "byte-level BPE, 700 tokens" in card
+    assert "--transplant" in card and "byte-level BPE learned from train documents, 700 tokens" in card
     sha = summary["vocabulary_transplant"]["tokenizer_sha256"]  # how to learn the vocabulary again
     assert (f"`python -m gpu_worker.train --kind tokenizer --spaced-lines --vocab-size 700 --out "
             f"var/tokenizer/{sha[:12]}.json` (check that its sha256 is {sha})") in card  # fmt: skip
