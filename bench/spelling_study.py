@@ -1,7 +1,8 @@
 """Words a model spells from pieces, under each sampler preset.
 
-Whole documents holed as ``bench/eval/SAMPLES.md`` holes them (every sentence, choice and
-JSON value and every later mention of a repeated entity), filled by the denoiser under each
+Whole documents holed as drafting requests that name nothing (``gpu_worker.evaluate.sample_case``
+with ``invent``: every sentence, choice and JSON value and every later mention of a repeated
+entity, also where nothing outside the holes shows the name), filled by the denoiser under each
 preset and by AR-FIM. A written word (a run of letters) that neither the train corpus nor the
 document's locked text spells is one the model put together from pieces ("Sngineer" for a
 job title): ``gpu_worker.evaluate.HoleCounts``. If a preset's decoding order made them, another
@@ -46,7 +47,7 @@ def study(denoiser_dir: Path, ar_dir: Path, split: Split, per_kind: int) -> dict
     seconds = dict.fromkeys(PRESETS, 0.0)
     for kind in KINDS:
         for doc in first_of_kind(split, kind, per_kind):
-            case = sample_case(doc, denoiser.tokenizer.encode)
+            case = sample_case(doc, denoiser.tokenizer.encode, invent=True)
             theirs = infill_request_ar(ar, case.request(0), config=default).holes
             for preset in PRESETS:  # AR-FIM's column is the same run for every preset
                 started = time.perf_counter()
@@ -80,7 +81,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [f"# Words spelled from pieces ({results['split']})", "",
              f"Denoiser `{results['denoiser']}` (`{results['denoiser_dir']}`). Command: "
              f"`{results.get('command', '')}`. {results['documents']} documents holed as in "
-             "SAMPLES.md. Share of the written words that neither the train corpus nor the "
+             "SAMPLES.md, except that an entity named only inside holes is holed everywhere "
+             "(the model invents it). Share of the written words that neither the train corpus nor the "
              "document's locked text spells.", "",
              "| fills | holes exact | words not in the corpus | job offers | JSON records | "
              "seconds |", "|---|---|---|---|---|---|",

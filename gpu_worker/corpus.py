@@ -595,6 +595,35 @@ def span_boundaries(doc: Document) -> list[int]:
     return sorted(cuts)
 
 
+TEMPLATE_HOLE_KINDS = ("sentence", "choice", "json_value")  # holed wherever they occur
+
+
+def template_cut(
+    doc: Document, take: Callable[[], bool] = lambda: True, *, invent: bool = False
+) -> list[Span]:
+    """The holes of a drafting template, in document order: every sentence, choice and JSON
+    value, and every later mention of an entity already visible, where ``take()`` says so.
+    Numbers, dates and the first mention of each entity outside every hole stay visible,
+    like the fields a person types (a party typed in the signature block is copied into the
+    clauses). With ``invent``, a mention of an entity seen so far only inside holes is a hole
+    too: nothing shows the name, and the model must invent it. ``take`` is asked once per
+    candidate span, in order (training draws it at random; a whole-document request takes
+    all)."""
+    visible: set[str] = set()  # entity texts with a mention outside every hole so far
+    hidden: set[str] = set()  # entity texts seen so far only inside holes
+    chosen: list[Span] = []
+    for span in sorted(doc.spans, key=lambda s: (s.start, -s.end)):  # enclosing spans first
+        text = doc.span_text(span)
+        seen = text in visible or (invent and text in hidden)
+        wanted = (span.kind == "entity" and seen) or span.kind in TEMPLATE_HOLE_KINDS
+        free = all(span.start >= c.end or span.end <= c.start for c in chosen)
+        if wanted and free and span.end > span.start and take():
+            chosen.append(span)
+        elif span.kind == "entity":
+            (visible if free else hidden).add(text)
+    return chosen
+
+
 def document_pieces(doc: Document) -> list[str]:
     """The text cut at every span boundary (what the tokenizer is trained on)."""
     cuts = span_boundaries(doc)

@@ -47,6 +47,7 @@ from gpu_worker.corpus import (
     Span,
     Split,
     document_at,
+    template_cut,
     tokenize_with_holes,
 )
 from gpu_worker.model import StencilTransformer, hole_room
@@ -545,31 +546,19 @@ def write_report(results: dict[str, Any], out: Path) -> None:
 
 
 # -- whole documents ----------------------------------------------------------------------------
-SAMPLE_HOLE_KINDS = ("sentence", "choice", "json_value")  # cut wherever they occur
-
-
-def sample_case(doc: Document, encode: Callable[[str], list[int]]) -> Case:
-    """A drafting request made of a whole test document: every sentence, choice and JSON
-    value becomes a hole, and so does every later mention of a repeated entity; the fields a
-    person types (first mentions, numbers, dates) stay locked."""
-    first_seen: set[str] = set()
-    wanted: list[Span] = []
-    for span in sorted(doc.spans, key=lambda s: s.start):
-        text = doc.span_text(span)
-        if span.kind == "entity":
-            if text in first_seen:
-                wanted.append(span)
-            first_seen.add(text)
-        elif span.kind in SAMPLE_HOLE_KINDS:
-            wanted.append(span)
-    chosen: list[Span] = []
-    for span in wanted:
-        if span.end > span.start and all(span.start >= c.end or span.end <= c.start for c in chosen):
-            chosen.append(span)
+def sample_case(
+    doc: Document, encode: Callable[[str], list[int]], *, invent: bool = False
+) -> Case:
+    """A drafting request made of a whole document, holed as a template is
+    (:func:`gpu_worker.corpus.template_cut`, every hole taken): every sentence, choice and
+    JSON value, and every later mention of an entity the document shows outside them. What a
+    person types stays locked: numbers, dates, and each entity where it first stands outside a
+    sentence (the parties in an NDA's signature block, which the clauses then copy). With
+    ``invent`` an entity named only inside holes is holed everywhere, and the model invents it."""
     kind_of = {"entity": "entity_left", "sentence": "sentence"}
     holes = tuple(
         _hole(f"h{i}", kind_of.get(span.kind, span.kind), doc, span, encode)
-        for i, span in enumerate(chosen)
+        for i, span in enumerate(template_cut(doc, invent=invent))
     )
     return Case("document", doc, holes)
 
@@ -600,8 +589,10 @@ def write_samples(
     lines = ["# One document of each kind, written by the denoiser", "",
              f"Model `{denoiser.name}`, sampler `{json.dumps(sampler or {})}` over the default "
              f"preset, seed {seed}. {SPLIT_NAMES[split]}. Holes: every",
-             "sentence, choice and JSON value and every later mention of a repeated entity; text",
-             "written by a model is between ⟦ and ⟧. Under each: the original and AR-FIM's fill.",
+             "sentence, choice and JSON value and every later mention of an entity shown outside",
+             "them; what a person types (numbers, dates, a name where it stands alone, such as a",
+             "signature) stays locked (`sample_case`). Text written by a model is between ⟦ and",
+             "⟧. Under each: the original and AR-FIM's fill.",
              "Command: `python -m gpu_worker.evaluate --samples"
              + ("" if split == "test" else f" --split {split}")
              + ("" if out == Path("bench/eval") else f" --out {out}") + "`.", ""]  # fmt: skip

@@ -42,7 +42,14 @@ from typing import Any
 import torch
 
 from gpu_worker.backends import file_sha256
-from gpu_worker.corpus import Document, Span, document_at, document_pieces, tokenize_with_holes
+from gpu_worker.corpus import (
+    Document,
+    Span,
+    document_at,
+    document_pieces,
+    template_cut,
+    tokenize_with_holes,
+)
 from gpu_worker.model import (
     ModelConfig,
     ModelKind,
@@ -182,28 +189,12 @@ def pick_holes(doc: Document, rng: random.Random, cfg: TrainConfig) -> list[Span
 
 
 def template_holes(doc: Document, rng: random.Random, invent_prob: float = 0.0) -> list[Span]:
-    """Holes as a drafting template cuts them: each sentence, choice, JSON value and later
-    mention of a repeated entity is a hole with one probability (drawn per row from 0.5 to 1);
-    numbers, dates and an earlier mention of each holed entity stay visible, like the fields
-    a person types. With ``invent_prob`` (per row) a later mention of an entity seen only
-    inside holes so far is a hole too: nothing shows the name, the model invents it."""
+    """Holes as a drafting template cuts them (:func:`gpu_worker.corpus.template_cut`), each
+    taken with one probability drawn per row from 0.5 to 1; with ``invent_prob`` (per row) a
+    later mention of an entity seen only inside holes so far is a hole too."""
     keep = rng.uniform(0.5, 1.0)
     invent = invent_prob > 0 and rng.random() < invent_prob  # 0: the stream as before
-    visible: set[str] = set()  # entity texts with a mention outside every hole so far
-    hidden: set[str] = set()  # entity texts seen so far only inside holes
-    chosen: list[Span] = []
-    for span in sorted(doc.spans, key=lambda s: (s.start, -s.end)):  # enclosing spans first
-        text = doc.span_text(span)
-        seen = text in visible or (invent and text in hidden)
-        wanted = (span.kind == "entity" and seen) or span.kind in (
-            "sentence", "choice", "json_value"
-        )
-        free = all(span.start >= c.end or span.end <= c.start for c in chosen)
-        if wanted and free and span.end > span.start and rng.random() < keep:
-            chosen.append(span)
-        elif span.kind == "entity":
-            (visible if free else hidden).add(text)
-    return chosen
+    return template_cut(doc, lambda: rng.random() < keep, invent=invent)
 
 
 def mask_exactly(

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpu_worker.backends import load_backend
 from gpu_worker.corpus import KINDS, Document, document_at, iter_split
@@ -173,17 +175,62 @@ def test_samples_show_every_kind_beside_ar_fim_with_the_judged_table(
     assert "The denoiser's words not in the train corpus, most frequent first: " in text
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(index=st.integers(0, 3000), invent=st.booleans())
+def test_a_drafting_request_holes_every_sentence_whole_and_locks_the_typed_fields(
+    corpus_tokenizer: StencilTokenizer, index: int, invent: bool
+) -> None:
+    doc = document_at("test", index)
+    case = sample_case(doc, corpus_tokenizer.encode, invent=invent)
+    spans = [h.span for h in case.holes]
+    assert all(a.end <= b.start for a, b in zip(spans, spans[1:], strict=False))  # in order, apart
+    holed = {(s.start, s.end) for s in spans}
+    # every sentence is one hole, even one that opens with a repeated name
+    assert all((s.start, s.end) in holed for s in doc.spans if s.kind == "sentence")
+    assert all(s.kind != "field" or not any(h.start <= s.start and s.end <= h.end for h in spans)
+               or any(h.kind == "sentence" and h.start <= s.start and s.end <= h.end for h in spans)
+               for s in doc.spans)  # fmt: skip  # a typed value is only hidden inside a sentence
+    locked = locked_text(case)
+    for hole in case.holes:
+        if hole.kind == "entity_left" and not invent:  # a later mention: the name is shown
+            assert hole.target in locked
+    if not invent:  # each entity shown outside the sentences stays locked at least once
+        outside = [s for s in doc.spans if s.kind == "entity"
+                   and not any(h.kind == "sentence" and h.start <= s.start and s.end <= h.end
+                               for h in spans)]  # fmt: skip
+        assert all(doc.span_text(s) in locked for s in outside)
+
+
+def test_an_nda_request_locks_the_parties_typed_in_its_signature_block_unless_invented(
+    corpus_tokenizer: StencilTokenizer,
+) -> None:
+    doc = next(document_at("test", i) for i in range(100) if document_at("test", i).kind == "nda_clause")
+    parties = [s for s in doc.spans if s.name in ("disclosing", "receiving")]
+    signed = [s for s in parties if doc.text[: s.start].endswith("For ")]
+    assert len(signed) == 2 and len(parties) > 2  # named in the clauses too
+    typed = sample_case(doc, corpus_tokenizer.encode)
+    for span in signed:
+        assert not any(h.span.start <= span.start < h.span.end for h in typed.holes)
+    inside = [s for s in parties if s not in signed]
+    assert all(any(h.span.start <= s.start and s.end <= h.span.end for h in typed.holes) for s in inside)
+    invented = sample_case(doc, corpus_tokenizer.encode, invent=True)
+    names = {doc.span_text(s) for s in parties}
+    assert not any(name in locked_text(invented) for name in names)  # the model must invent them
+    assert len(invented.holes) == len(typed.holes) + 2  # the signature block's two parties
+
+
 def test_hole_counts_count_the_words_no_train_document_spells(
     corpus_tokenizer: StencilTokenizer,
 ) -> None:
     lexicon = train_lexicon(300)
-    doc = next(document_at("test", i) for i in range(100) if document_at("test", i).kind == "job_offer")
-    case = sample_case(doc, corpus_tokenizer.encode)
+    offers = (document_at("test", i) for i in range(300) if document_at("test", i).kind == "job_offer")
+    cases = (sample_case(doc, corpus_tokenizer.encode) for doc in offers)
+    case, shown = next((case, w) for case in cases
+                       for w in re.findall(r"[A-Za-z]+", locked_text(case)) if w not in lexicon)  # fmt: skip
+    doc, locked = case.doc, locked_text(case)  # ``shown``: a locked word no train text spells (a name, say)
     originals = {h.name: h.target for h in case.holes}
     sentence = next(h for h in case.holes if h.kind == "sentence")
-    locked = locked_text(case)
     assert len(locked) + sum(len(h.target) for h in case.holes) == len(doc.text)
-    shown = next(w for w in re.findall(r"[A-Za-z]+", locked) if w not in lexicon)  # a name, say
     garbled = {**originals, sentence.name: f"{shown} would like you to join us as Sngineer, bor,al."}
     counts = HoleCounts()
     counts.add(case, garbled, originals, lexicon)
