@@ -94,7 +94,8 @@ class TrainConfig:
     template_prob: float = 0.3
     # Share of template rows that also hole the later mentions of an entity whose earlier
     # mentions all lie inside holes (a party named only in a holed first sentence): the model
-    # must invent a name and repeat it, as whole-document requests ask (evaluate.sample_case).
+    # must invent a name and repeat it, as requests that name nothing ask (evaluate.sample_case
+    # with invent; by default it shows a name where the document first shows it outside holes).
     # Other template rows leave such later mentions visible. Phases before this existed: 0.
     invent_prob: float = 0.0
     max_pad_budget: int = 12  # extra positions (target pad) after a hole's content
