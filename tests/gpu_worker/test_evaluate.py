@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_worker.backends import load_backend
-from gpu_worker.corpus import KINDS, Document, document_at, iter_split
+from gpu_worker.corpus import KINDS, Document, Span, document_at, iter_split
 from gpu_worker.evaluate import (
     HOLE_KINDS,
     STARTS,
@@ -185,19 +185,20 @@ def test_a_drafting_request_holes_every_sentence_whole_and_locks_the_typed_field
     spans = [h.span for h in case.holes]
     assert all(a.end <= b.start for a, b in zip(spans, spans[1:], strict=False))  # in order, apart
     holed = {(s.start, s.end) for s in spans}
+
+    def hidden(s: Span, *, by: str | None = None) -> bool:  # inside a hole (of kind ``by``)
+        return any(by in (None, h.kind) and h.start <= s.start and s.end <= h.end for h in spans)
+
     # every sentence is one hole, even one that opens with a repeated name
     assert all((s.start, s.end) in holed for s in doc.spans if s.kind == "sentence")
-    assert all(s.kind != "field" or not any(h.start <= s.start and s.end <= h.end for h in spans)
-               or any(h.kind == "sentence" and h.start <= s.start and s.end <= h.end for h in spans)
-               for s in doc.spans)  # fmt: skip  # a typed value is only hidden inside a sentence
+    # a typed value is only hidden inside a sentence
+    assert all(not hidden(s) or hidden(s, by="sentence") for s in doc.spans if s.kind == "field")
     locked = locked_text(case)
     for hole in case.holes:
         if hole.kind == "entity_left" and not invent:  # a later mention: the name is shown
             assert hole.target in locked
     if not invent:  # each entity shown outside the sentences stays locked at least once
-        outside = [s for s in doc.spans if s.kind == "entity"
-                   and not any(h.kind == "sentence" and h.start <= s.start and s.end <= h.end
-                               for h in spans)]  # fmt: skip
+        outside = [s for s in doc.spans if s.kind == "entity" and not hidden(s, by="sentence")]
         assert all(doc.span_text(s) in locked for s in outside)
 
 
