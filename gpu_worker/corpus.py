@@ -544,6 +544,18 @@ KINDS: tuple[str, ...] = tuple(GENERATORS)
 _FAKER: Any = None
 
 
+def email_name_words() -> list[str]:
+    """How the corpus's e-mail addresses spell names: every first name Faker draws, lower
+    case and spaced (a JSON string value starts with a virtual space under spaced lines:
+    " adam.diaz@..."), and every last name lower case after the dot ("diaz"). A vocabulary
+    that spells each as one token (``StencilTokenizer.with_words``) lets the copy head copy
+    a name into an address as its lower-case twin (``ModelConfig.copy_lower``)."""
+    from faker.providers.person.en_US import Provider
+
+    first = sorted(set(Provider.first_names_female) | set(Provider.first_names_male))
+    return [" " + name.lower() for name in first] + [name.lower() for name in sorted(set(Provider.last_names))]
+
+
 def _faker() -> Any:
     global _FAKER
     if _FAKER is None:

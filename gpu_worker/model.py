@@ -56,6 +56,12 @@ class ModelConfig:
     # weights (``copy.twins``). Its gate starts almost closed, so adding it to a trained model
     # changes its output by about 2% of the copy mass until it is trained.
     copy_twins: bool = False
+    # Copying into lower case (needs copy_twins): an e-mail address spells a name in lower
+    # case ("adam.diaz@..."), other tokens than " Adam" and " Diaz" (and other pieces, unless
+    # the vocabulary has the lower-case words: corpus.email_name_words). With copy_lower a
+    # twin copy may also be the twin's lower-case spelling (tokenizer.case_twins; the table is
+    # ``copy.lower_twins``). Its gate starts almost closed too.
+    copy_lower: bool = False
     # The room embedding: an input embedding, added to each position's token embedding, of
     # how many positions of its hole's budget are left from it (1..room_buckets, more is
     # clipped to room_buckets; 0 = not in a hole, or not known). Without it a model cannot
@@ -265,6 +271,8 @@ class StencilTransformer(nn.Module):
             raise ValueError(f"d_model={cfg.d_model} is not divisible by n_heads={cfg.n_heads}")
         if cfg.copy_twins and not cfg.copy_dim:
             raise ValueError("copy_twins needs a copy head (copy_dim > 0)")
+        if cfg.copy_lower and not cfg.copy_twins:
+            raise ValueError("copy_lower needs copy_twins")
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
@@ -282,6 +290,8 @@ class StencilTransformer(nn.Module):
             nn.init.zeros_(self.room.weight)
         if cfg.copy_twins:  # checked above: it comes with a copy head
             self.copy.init_twin_gate()
+        if cfg.copy_lower:
+            self.copy.init_lower_gate()
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -457,10 +467,13 @@ class CopyHead(nn.Module):
 
     With ``copy_twins`` the pointer's mass on a position holding token x goes to x with
     probability 1 - u, and with u to a twin of x: its spaced twin with probability s, its bare
-    twin with 1 - s (x itself where it has none), with (u, s) = sigmoid(twin_gate(h)).
+    twin with 1 - s (x itself where it has none), with (u, s) = sigmoid(twin_gate(h)). With
+    ``copy_lower`` each twin is, with probability l = sigmoid(lower_gate(h)), its lower-case
+    spelling instead (the spaced or bare lower-case twin of x, see tokenizer.case_twins).
     """
 
     twins: torch.Tensor  # [2, V]: spaced twin, bare twin of each id (with copy_twins)
+    lower_twins: torch.Tensor  # [2, V]: spaced, bare lower-case twin of each id (copy_lower)
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -475,6 +488,10 @@ class CopyHead(nn.Module):
             self.twin_gate = nn.Linear(cfg.d_model, 2)
             # Rows: spaced twin, bare twin of each id (the id itself where it has none).
             self.register_buffer("twins", torch.arange(cfg.vocab_size).repeat(2, 1))
+        self.has_lower = cfg.copy_lower
+        if cfg.copy_lower:
+            self.lower_gate = nn.Linear(cfg.d_model, 1)
+            self.register_buffer("lower_twins", torch.arange(cfg.vocab_size).repeat(2, 1))
 
     def init_twin_gate(self) -> None:
         """u = sigmoid(-4) ~ 0.018 (almost every copy as is), s = 0.5, whatever h is."""
@@ -482,28 +499,47 @@ class CopyHead(nn.Module):
         with torch.no_grad():
             self.twin_gate.bias.copy_(torch.tensor([-4.0, 0.0]))
 
+    def init_lower_gate(self) -> None:
+        """l = sigmoid(-4) ~ 0.018: a twin is copied as it is spelled, almost always."""
+        nn.init.zeros_(self.lower_gate.weight)
+        with torch.no_grad():
+            self.lower_gate.bias.fill_(-4.0)
+
     def set_twins(self, spaced: list[int], bare: list[int]) -> None:
         """The twin table, from :func:`gpu_worker.tokenizer.space_twins`."""
+        self._set_table(self.twins, spaced, bare)
+
+    def set_lower_twins(self, spaced: list[int], bare: list[int]) -> None:
+        """The lower-case twin table, from :func:`gpu_worker.tokenizer.case_twins`."""
+        self._set_table(self.lower_twins, spaced, bare)
+
+    @staticmethod
+    def _set_table(buffer: torch.Tensor, spaced: list[int], bare: list[int]) -> None:
         table = torch.tensor([spaced, bare], dtype=torch.long)
-        if table.shape != self.twins.shape:
-            raise ValueError(f"twin table has shape {tuple(table.shape)}, expected {tuple(self.twins.shape)}")
-        self.twins.copy_(table)
+        if table.shape != buffer.shape:
+            raise ValueError(f"twin table has shape {tuple(table.shape)}, expected {tuple(buffer.shape)}")
+        buffer.copy_(table)
 
     def _sources(
         self, attention: torch.Tensor, ids: torch.Tensor, queries: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The pointer's weights [B, K, S*Lk] and the ids [B, K, S*Lk] they land on: S = 1
-        (each position's own id) or, with twins, 3 (own id, spaced twin, bare twin)."""
+        (each position's own id), with twins 3 (own id, spaced twin, bare twin), and with
+        lower-case twins 5 (and the spaced and bare lower-case twins)."""
         index = ids[:, None, :].expand_as(attention)
         if not self.has_twins:
             return attention, index
         u, s = torch.sigmoid(self.twin_gate(queries)).unbind(-1)  # [B, K] each
         u, s = u[..., None], s[..., None]
-        weights = torch.cat([(1 - u) * attention, u * s * attention, u * (1 - s) * attention], -1)
-        spaced, bare = self.twins[0][ids], self.twins[1][ids]  # [B, Lk]
-        index = torch.cat([index, spaced[:, None, :].expand_as(attention),
-                           bare[:, None, :].expand_as(attention)], -1)  # fmt: skip
-        return weights, index
+        twin_weights = [u * s * attention, u * (1 - s) * attention]  # spaced, bare
+        tables = [self.twins]
+        if self.has_lower:
+            low = torch.sigmoid(self.lower_gate(queries))  # [B, K, 1]
+            twin_weights = [(1 - low) * w for w in twin_weights] + [low * w for w in twin_weights]
+            tables.append(self.lower_twins)
+        weights = torch.cat([(1 - u) * attention, *twin_weights], -1)
+        twin_ids = [table[row][ids][:, None, :].expand_as(attention) for table in tables for row in (0, 1)]
+        return weights, torch.cat([index, *twin_ids], -1)
 
     def forward(
         self,

@@ -47,6 +47,7 @@ from gpu_worker.corpus import (
     Span,
     document_at,
     document_pieces,
+    email_name_words,
     template_cut,
     tokenize_with_holes,
 )
@@ -132,6 +133,9 @@ class TrainConfig:
     # Whether the copy head may copy a token as its spaced or bare twin (a name from a heading
     # into a sentence); see gpu_worker.model.ModelConfig.copy_twins. Needs copy_dim.
     copy_twins: bool = False
+    # Whether a twin may also be copied in lower case (a name into an e-mail address); see
+    # gpu_worker.model.ModelConfig.copy_lower. Needs copy_twins.
+    copy_lower: bool = False
     data_offset: int = 0  # steps of documents to skip: a continuation reads documents anew
     eval_every: int = 250
     checkpoint_every: int = 100
@@ -139,6 +143,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.spaced_lines:  # spaced lines imply virtual spaces
             object.__setattr__(self, "virtual_spaces", True)
+        if self.copy_lower and not self.copy_twins:
+            raise ValueError("copy_lower needs copy_twins")
 
 
 # -- corruption -------------------------------------------------------------------------------
@@ -480,7 +486,7 @@ def model_config(cfg: TrainConfig, tok: StencilTokenizer) -> ModelConfig:
         fim_prefix_id=s.fim_prefix, fim_suffix_id=s.fim_suffix, fim_middle_id=s.fim_middle,
         d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
         ffn_hidden=cfg.ffn_hidden, max_len=cfg.max_len + 1, copy_dim=cfg.copy_dim,
-        room_buckets=cfg.room_buckets, copy_twins=cfg.copy_twins,
+        room_buckets=cfg.room_buckets, copy_twins=cfg.copy_twins, copy_lower=cfg.copy_lower,
         virtual_spaces=cfg.virtual_spaces, spaced_lines=cfg.spaced_lines,
         extra={"corpus": "gpu_worker.corpus train split", "seed": cfg.seed},
     )  # fmt: skip
@@ -560,6 +566,8 @@ def train(
     model = StencilTransformer(mc)
     if mc.copy_twins:  # a function of the tokenizer; an earlier model without it gets it here
         model.copy.set_twins(*tok.space_twins())
+    if mc.copy_lower:
+        model.copy.set_lower_twins(*tok.case_twins())
     if init_from is not None and not checkpoint.is_file():
         load_initial_weights(model, init_from)
     model.to(device)
@@ -880,6 +888,10 @@ def _compute_rows(summary: dict[str, Any]) -> list[str]:
         "(`ModelConfig.copy_twins`) |"
         if cfg.get("copy_twins")
         else "| copy twins | no |",
+        "| lower-case twins | yes: a twin may be copied in lower case, a name into an e-mail "
+        "address (`ModelConfig.copy_lower`) |"
+        if cfg.get("copy_lower")
+        else "| lower-case twins | no |",
         "| virtual spaces | yes: a hole that starts a line or a JSON string value is written "
         "with a leading space, then stripped (`ModelConfig.virtual_spaces`) |"
         if cfg.get("virtual_spaces")
@@ -903,16 +915,21 @@ def _tokenizer_sentence(out: Path, summary: dict[str, Any]) -> str:
     saved = out / "tokenizer.json"
     size = json.loads((out / "config.json").read_text())["vocab_size"]
     text = f"byte-level BPE learned from train documents, {size:,} tokens"
+    moved = _last_transplant(summary)
+    if moved is not None and moved.get("extends_source"):
+        text = (f"byte-level BPE learned from train documents, with every e-mail name word of "
+                f"the corpus made one token (`--kind tokenizer --extend`), {size:,} tokens")  # fmt: skip
     if saved.is_file():
         text += f" (`tokenizer.json`, sha256 {file_sha256(saved)[:12]}…)"
-    moved = _last_transplant(summary)
     if moved is not None:
         text += (f"; the weights moved onto it from a {moved['source_vocab_size']:,}-token "
                  "vocabulary (`python -m gpu_worker.train --transplant`) and trained on")  # fmt: skip
     return text + "."
 
 
-def _tokenizer_command(moved: dict[str, Any], spaced: bool, path: str) -> str:
+def _tokenizer_command(moved: dict[str, Any], spaced: bool, path: str, source: str) -> str:
+    if moved.get("extends_source"):  # the source's vocabulary with the e-mail name words
+        return f"python -m gpu_worker.train --kind tokenizer --extend {source} --out {path}"
     size = f" --vocab-size {moved['vocab_size']}" if moved["vocab_size"] != VOCAB_SIZE else ""
     return (f"python -m gpu_worker.train --kind tokenizer{' --spaced-lines' if spaced else ''}"
             f"{size} --out {path}")  # fmt: skip
@@ -931,6 +948,10 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
             command += f" --room-buckets {cfg['room_buckets']}"
         if cfg.get("copy_twins"):
             command += " --copy-twins"
+        if cfg.get("copy_lower"):
+            command += " --copy-lower"
+        if cfg.get("lr", TrainConfig.lr) != TrainConfig.lr:
+            command += f" --lr {cfg['lr']}"
         if phase.get("precision", "").startswith("fp32"):
             command += " --no-bf16"
         if phase["kind"] == "denoiser":  # corruption recipes added later ran at 0 before
@@ -957,8 +978,10 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
         runs += [f"`{command} --steps {steps}`" for steps in resumes]
         moved = phase.get("vocabulary_transplant")
         if moved:  # then the weights moved onto another vocabulary
+            source = vocabulary or str(DEFAULT_TOKENIZER)
             vocabulary = f"var/tokenizer/{moved['tokenizer_sha256'][:12]}.json"
-            runs.append(f"`{_tokenizer_command(moved, bool(cfg.get('spaced_lines')), vocabulary)}` "
+            command = _tokenizer_command(moved, bool(cfg.get("spaced_lines")), vocabulary, source)
+            runs.append(f"`{command}` "
                         f"(check that its sha256 is {moved['tokenizer_sha256']}) then "
                         f"`python -m gpu_worker.train --transplant models/{out.name} "
                         f"--tokenizer {vocabulary} --out models/{out.name}`")  # fmt: skip
@@ -1037,10 +1060,12 @@ def transplant_vocabulary(source: Path, tokenizer: Path, out: Path) -> dict[str,
     mc = replace(oc, vocab_size=after.vocab_size)
     model = StencilTransformer(mc)
     state = {k: v for k, v in old.state_dict().items()
-             if k not in ("embed.weight", "head.weight", "copy.twins")}  # fmt: skip
+             if k not in ("embed.weight", "head.weight", "copy.twins", "copy.lower_twins")}  # fmt: skip
     model.load_state_dict(state, strict=False)
     if mc.copy_twins:
         model.copy.set_twins(*after.space_twins())
+    if mc.copy_lower:
+        model.copy.set_lower_twins(*after.case_twins())
     embed, head = old.embed.weight.detach(), old.head.weight.detach()
     with torch.no_grad():
         for i in range(after.vocab_size):
@@ -1057,9 +1082,29 @@ def transplant_vocabulary(source: Path, tokenizer: Path, out: Path) -> dict[str,
     record = {"tokenizer_sha256": file_sha256(out / "tokenizer.json"),
               "vocab_size": after.vocab_size, "source_vocab_size": before.vocab_size,
               "source_weights_sha256": source_sha256}  # fmt: skip
+    if extends(after, before):
+        record["extends_source"] = True
     summary["vocabulary_transplant"] = record
     (out / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
     return record
+
+
+def extends(after: StencilTokenizer, before: StencilTokenizer) -> bool:
+    """Whether ``after`` is ``before`` with tokens added (:meth:`StencilTokenizer.with_words`):
+    every token of ``before`` at its id, and its merges first, in order."""
+    old, new = (json.loads(t.tok.to_str())["model"] for t in (before, after))
+    return (after.vocab_size > before.vocab_size
+            and all(new["vocab"].get(text) == i for text, i in old["vocab"].items())
+            and new["merges"][: len(old["merges"])] == old["merges"])  # fmt: skip
+
+
+def extend_tokenizer(source: Path, out: Path) -> tuple[StencilTokenizer, int]:
+    """``source``'s vocabulary with every e-mail name word of the corpus one token
+    (:func:`gpu_worker.corpus.email_name_words`), saved to ``out``; and how many it added."""
+    tok, added = StencilTokenizer.from_file(source).with_words(email_name_words())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(out)
+    return tok, added
 
 
 def _config_of(directory: Path) -> dict[str, Any]:
@@ -1091,6 +1136,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="tokenizer: the vocabulary's size, special tokens included")
     parser.add_argument("--tokenizer-docs", type=int, default=TOKENIZER_DOCS,
                         help="tokenizer: train documents the merges are learned from")
+    parser.add_argument("--extend", type=Path, metavar="TOKENIZER",
+                        help="with --kind tokenizer: TOKENIZER's vocabulary with each e-mail "
+                             "name word of the corpus one token (see extend_tokenizer)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--minutes", type=float, help="wall-clock budget (fixes the step count)")
     parser.add_argument("--steps", type=int, help="exact step count (overrides --minutes)")
@@ -1112,6 +1160,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="denoiser: the room embedding's size (0 = none; see ModelConfig)")
     parser.add_argument("--copy-twins", action="store_true",
                         help="the copy head may copy a token as its spaced or bare twin")
+    parser.add_argument("--copy-lower", action="store_true",
+                        help="a twin may be copied in lower case (needs --copy-twins)")
+    parser.add_argument("--lr", type=float, default=TrainConfig.lr,
+                        help="peak learning rate (warm-up, then cosine decay to a tenth)")
     parser.add_argument("--eval-every", type=int, default=TrainConfig.eval_every)
     parser.add_argument("--long-pad-prob", type=float, default=TrainConfig.long_pad_prob,
                         help="denoiser: share of holes with a long pad tail (see TrainConfig)")
@@ -1158,6 +1210,15 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.kind is None:
         parser.error("--kind is required (or --card DIR, or --transplant DIR)")
+    if args.copy_lower and not args.copy_twins:
+        parser.error("--copy-lower needs --copy-twins")
+    if args.extend is not None:
+        if args.kind != "tokenizer" or args.out is None:
+            parser.error("--extend goes with --kind tokenizer and --out")
+        extended, added = extend_tokenizer(args.extend, args.out)
+        print(f"tokenizer: {args.extend} + {added} tokens = {extended.vocab_size} -> {args.out} "
+              f"(sha256 {file_sha256(args.out)})")  # fmt: skip
+        return
     if args.kind == "tokenizer":
         target: Path = args.out or args.tokenizer
         trained = train_tokenizer(target, docs=args.tokenizer_docs, vocab_size=args.vocab_size,
@@ -1175,8 +1236,8 @@ def main(argv: list[str] | None = None) -> None:
     cfg = TrainConfig(
         kind=args.kind, seed=args.seed, batch_size=args.batch_size, d_model=args.d_model,
         n_layers=args.layers, n_heads=args.heads, ffn_hidden=args.ffn, copy_dim=args.copy_dim,
-        room_buckets=args.room_buckets, copy_twins=args.copy_twins,
-        eval_every=args.eval_every, long_pad_prob=args.long_pad_prob,
+        room_buckets=args.room_buckets, copy_twins=args.copy_twins, copy_lower=args.copy_lower,
+        lr=args.lr, eval_every=args.eval_every, long_pad_prob=args.long_pad_prob,
         template_prob=args.template_prob, ordered_hole_prob=args.ordered_hole_prob,
         invent_prob=args.invent_prob, checkpoint_every=args.checkpoint_every,
         document_boundaries=not args.segment_boundaries,

@@ -297,3 +297,41 @@ def test_copy_twins_move_the_pointer_to_a_tokens_spaced_twin_and_start_almost_cl
     assert torch.equal(load_model(tmp_path).copy.twins, model.copy.twins)
     with pytest.raises(ValueError, match="copy_twins needs a copy head"):
         StencilTransformer(replace(model.config, copy_dim=0))
+
+
+@torch.no_grad()
+def test_copy_lower_moves_a_twin_copy_to_its_lower_case_spelling_and_starts_almost_closed(
+    tokenizer: StencilTokenizer, tmp_path: Path
+) -> None:
+    """" Bob" in a letter, copied as " bob" (an e-mail address): the pointer reaches a token
+    that is nowhere in the sequence."""
+    tok, added = tokenizer.with_words([" Bob", " bob"])  # each one token
+    assert added and len(tok.encode(" Bob")) == 1
+    torch.manual_seed(0)
+    cfg = replace(_config(tok, copy_dim=16), copy_twins=True, copy_lower=True)
+    model = StencilTransformer(cfg).eval()
+    model.copy.set_twins(*tok.space_twins())
+    model.copy.set_lower_twins(*tok.case_twins())
+    ids = torch.tensor([tok.encode("Dear Bob, thank you") + [tok.special.mask] * 2])
+    bob, lower_bob = tok.encode(" Bob")[0], tok.encode(" bob")[0]
+    assert lower_bob not in ids[0].tolist()
+    plain = StencilTransformer(replace(cfg, copy_lower=False)).eval()
+    plain.load_state_dict(model.state_dict(), strict=False)
+    closed = torch.softmax(model(ids), -1)  # about 2% of the twin mass moves, nothing else
+    assert float((closed - torch.softmax(plain(ids), -1)).abs().sum(-1).max()) < 0.01
+    model.copy.gate.bias.fill_(-50.0)  # all of the output from the pointer ...
+    model.copy.twin_gate.bias.copy_(torch.tensor([50.0, 50.0]))  # ... to spaced twins ...
+    model.copy.lower_gate.bias.fill_(50.0)  # ... in lower case
+    probs = torch.softmax(model(ids)[0], -1)
+    spaced_lower, _ = tok.case_twins()
+    landing = {spaced_lower[t] for t in ids[0].tolist()} - {tok.special.mask}
+    outside = [t for t in range(tok.vocab_size) if t not in landing]
+    assert lower_bob in landing and float(probs[:, outside].sum(-1).max()) < 1e-6
+    assert float(probs[:, lower_bob].max()) > 0.01 and float(probs[:, bob].max()) < 1e-6
+    targets = torch.roll(ids, 1, dims=1)  # the training path reads the same mixture
+    expected = torch.log_softmax(model(ids), dim=-1).gather(-1, targets[..., None])[..., 0]
+    torch.testing.assert_close(model.target_log_probs(ids, targets), expected, atol=1e-4, rtol=1e-4)
+    save_model(model, tmp_path, dtype=torch.bfloat16)
+    assert torch.equal(load_model(tmp_path).copy.lower_twins, model.copy.lower_twins)
+    with pytest.raises(ValueError, match="copy_lower needs copy_twins"):
+        StencilTransformer(replace(cfg, copy_twins=False))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_worker.corpus import iter_split
+from gpu_worker.corpus import email_name_words, iter_split
 from gpu_worker.tokenizer import (
     SPECIAL_TOKENS,
     StencilTokenizer,
@@ -15,7 +17,7 @@ from gpu_worker.tokenizer import (
     spaced_text,
     unspaced_text,
 )
-from gpu_worker.train import tokenizer_pieces, train_tokenizer
+from gpu_worker.train import extends, tokenizer_pieces, train_tokenizer
 from tests.gpu_worker.conftest import shipped_tokenizer
 
 
@@ -119,3 +121,83 @@ def test_a_vocabulary_learned_from_spaced_text_has_line_starting_words_whole(tmp
     assert sum(len(read["spaced"].encode_document(t)) for t in held) < sum(
         len(read["plain"].encode_document(t)) for t in held
     )
+
+
+@pytest.fixture(scope="module")
+def name_vocabularies(tmp_path_factory: pytest.TempPathFactory) -> tuple[StencilTokenizer, StencilTokenizer, int]:
+    """A spaced-lines vocabulary learned from 3,000 train documents, and it extended with the
+    corpus's e-mail name words (with the number of tokens that added)."""
+    path = tmp_path_factory.mktemp("names") / "base.json"
+    train_tokenizer(path, docs=3000, vocab_size=8192, spaced=True)
+    base = StencilTokenizer.from_file(path, spaced_lines=True)
+    extended, added = base.with_words(email_name_words())
+    return base, extended, added
+
+
+def test_a_vocabulary_extended_with_the_email_names_spells_each_whole_and_keeps_every_id(
+    name_vocabularies: tuple[StencilTokenizer, StencilTokenizer, int],
+) -> None:
+    base, extended, added = name_vocabularies
+    assert extended.vocab_size == base.vocab_size + added and added > 1000
+    assert extends(extended, base) and not extends(base, extended)
+    base_vocab = base.tok.get_vocab()
+    assert all(extended.tok.token_to_id(text) == i for text, i in base_vocab.items())
+    words = email_name_words()
+    whole = [w for w in words if len(extended.tok.encode(w).ids) == 1]
+    assert len(whole) >= 0.99 * len(words)
+    assert len(extended.tok.encode(" adam").ids) == 1 and len(base.tok.encode(" adam").ids) > 1
+    assert extended.with_words(words)[1] == 0  # nothing left to add
+    # Other text tokenizes as before, except where a new merge joins the same pieces.
+    lexicon, changed = set(words), 0
+    for doc in iter_split("val", 300):
+        before = Counter(base.token_text(i) for i in base.encode_document(doc.text))
+        after = Counter(extended.token_text(i) for i in extended.encode_document(doc.text))
+        changed += any(text not in lexicon for text in after - before)
+    assert changed <= 15
+
+
+@given(text=st.text(max_size=120) | st.sampled_from(["Dear adam.diaz@young.biz", ' "adam"', "xadamx"]))
+@settings(max_examples=60, deadline=None)
+def test_an_extended_vocabulary_decodes_any_text_it_encodes(
+    name_vocabularies: tuple[StencilTokenizer, StencilTokenizer, int], text: str
+) -> None:
+    _, extended, _ = name_vocabularies
+    assert extended.decode(extended.encode(text)) == text
+
+
+def test_an_email_spells_the_record_names_lower_case_twins(
+    name_vocabularies: tuple[StencilTokenizer, StencilTokenizer, int],
+) -> None:
+    """In an employee record, "adam.diaz@..." is the lower-case twins of " Adam" and " Diaz"
+    (case_twins): tokens the copy head can copy from the name (ModelConfig.copy_lower). The
+    shipped vocabulary spells every corpus name whole; this smaller one most."""
+    _, tok, _ = name_vocabularies
+    spaced_lower, bare_lower = tok.case_twins()
+    records = 0
+    for doc in iter_split("val", 400):
+        emails = [s for s in doc.spans if s.name == "email"]
+        if not emails:
+            continue
+        email = emails[0]
+        first, last = doc.span_text(next(s for s in doc.spans if s.name == "name")).split(" ", 1)
+        name_ids = tok.encode(f" {first}") + tok.encode(f" {last}")
+        if len(name_ids) != 2:  # a name this small vocabulary splits has no one-token twin
+            continue
+        written = tok.encode(f" {doc.span_text(email)}")  # as the JSON value reads, spaced
+        assert written[:3] == [spaced_lower[name_ids[0]], tok.encode(".")[0], bare_lower[name_ids[1]]]
+        records += 1
+    assert records >= 10
+    for i in range(tok.vocab_size):
+        text = tok.token_text(i)
+        if tok.is_special(i) or text.lower() == text:
+            assert spaced_lower[i] == bare_lower[i] == i
+        else:
+            core = text.removeprefix(" ").lower()
+            assert tok.token_text(spaced_lower[i]) in (text, " " + core)
+            assert tok.token_text(bare_lower[i]) in (text, core)
+
+
+def test_the_shipped_vocabulary_spells_every_corpus_email_name_whole() -> None:
+    """What the shipped models' lower-case twins copy into an address (bench/email/)."""
+    tok, words = shipped_tokenizer(), email_name_words()
+    assert sum(len(tok.tok.encode(w).ids) == 1 for w in words) >= 0.99 * len(words)

@@ -28,6 +28,7 @@ from gpu_worker.train import (
     TrainConfig,
     batch_stream,
     denoiser_example,
+    extends,
     fim_example,
     load_initial_weights,
     main,
@@ -503,16 +504,20 @@ def test_train_gpu_scratch_runs_end_to_end_and_brings_back_what_the_device_retur
                      "den/config.json", "den/model.safetensors", "den/tokenizer.json",
                      "den/training.json", "train.log"]  # fmt: skip
     tok = StencilTokenizer.from_file(out / "den" / "tokenizer.json", spaced_lines=True)
-    assert tok.vocab_size == 700
+    learned = StencilTokenizer.from_file(tmp_path / "work" / "learned.json")
+    assert learned.vocab_size == 700 and extends(tok, learned)  # then the e-mail names added
+    size = tok.vocab_size
+    assert len(tok.encode(" adam")) == 1
     letter = [tok.token_text(t) for t in tok.encode("Clinic\n\nDear Dr. Smith,\n")]
     assert " Dear" in letter  # learned from spaced text
     summaries = {}
     for name, kind in (("den", "denoiser"), ("ar", "ar_fim")):
         config = json.loads((out / name / "config.json").read_text())
-        assert config["kind"] == kind and config["vocab_size"] == 700 and config["spaced_lines"]
+        assert config["kind"] == kind and config["vocab_size"] == size and config["spaced_lines"]
+        assert config["copy_lower"]
         summaries[name] = json.loads((out / name / "training.json").read_text())
         assert "init_from" not in summaries[name]  # from scratch
-    assert load_backend(out / "den").tokenizer.vocab_size == 700  # the service loads it
+    assert load_backend(out / "den").tokenizer.vocab_size == size  # the service loads it
     log = (out / "train.log").read_text()  # AR-FIM's target is the denoiser's compute
     assert f"denoiser: {summaries['den']['flops']} FLOPs; AR-FIM trains to the same" in log
 
@@ -571,3 +576,38 @@ def test_a_transplant_moves_a_model_onto_a_new_vocabulary_and_a_continuation_tra
     sha = summary["vocabulary_transplant"]["tokenizer_sha256"]  # how to learn the vocabulary again
     assert (f"`python -m gpu_worker.train --kind tokenizer --spaced-lines --vocab-size 700 --out "
             f"var/tokenizer/{sha[:12]}.json` (check that its sha256 is {sha})") in card  # fmt: skip
+
+
+def test_a_model_moves_onto_a_vocabulary_with_the_email_names_and_learns_lower_case_twins(
+    tokenizer_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "models" / "tiny-denoiser"
+    _tiny_cli(source, tokenizer_file, tmp_path / "a.pt", "--copy-twins", "--spaced-lines")
+    extended = tmp_path / "extended.json"
+    main(["--kind", "tokenizer", "--extend", str(tokenizer_file), "--out", str(extended)])
+    before = StencilTokenizer.from_file(tokenizer_file)
+    after = StencilTokenizer.from_file(extended, spaced_lines=True)
+    assert extends(after, before) and f"+ {after.vocab_size - before.vocab_size} tokens" in capsys.readouterr().out
+    moved = tmp_path / "moved"
+    main(["--transplant", str(source), "--tokenizer", str(extended), "--out", str(moved)])
+    record = json.loads((moved / "training.json").read_text())["vocabulary_transplant"]
+    assert record["extends_source"] is True and record["vocab_size"] == after.vocab_size
+    old, new = load_model(source), load_model(moved)  # every earlier token keeps its rows
+    torch.testing.assert_close(new.embed.weight[: before.vocab_size], old.embed.weight)
+    torch.testing.assert_close(new.head.weight[: before.vocab_size], old.head.weight)
+    with pytest.raises(SystemExit):  # lower-case twins are twins
+        _tiny_cli(tmp_path / "models" / "x", extended, tmp_path / "x.pt", "--copy-lower")
+    assert "--copy-lower needs --copy-twins" in capsys.readouterr().err
+    out = tmp_path / "models" / "tiny-lower"
+    continued = _tiny_cli(out, extended, tmp_path / "b.pt", "--copy-twins", "--copy-lower",
+                          "--spaced-lines", "--lr", "0.0005", "--init-from", str(moved))  # fmt: skip
+    assert continued["config"]["copy_lower"] is True and continued["config"]["lr"] == 0.0005
+    trained = load_model(out)
+    assert trained.copy.lower_twins.tolist() == [list(t) for t in after.case_twins()]
+    assert float(trained.copy.lower_gate.weight.detach().abs().sum()) > 0  # trained from zero
+    card = (out / "MODEL_CARD.md").read_text()
+    sha = record["tokenizer_sha256"]
+    assert (f"`python -m gpu_worker.train --kind tokenizer --extend var/tokenizer/tokenizer.json "
+            f"--out var/tokenizer/{sha[:12]}.json` (check that its sha256 is {sha})") in card
+    assert "--copy-twins --copy-lower --lr 0.0005 --no-bf16" in card
+    assert "| lower-case twins | yes" in card
