@@ -564,10 +564,7 @@ def train(
     mc = model_config(cfg, tok)
     torch.manual_seed(cfg.seed)  # weight init only; data and corruption use their own seeds
     model = StencilTransformer(mc)
-    if mc.copy_twins:  # a function of the tokenizer; an earlier model without it gets it here
-        model.copy.set_twins(*tok.space_twins())
-    if mc.copy_lower:
-        model.copy.set_lower_twins(*tok.case_twins())
+    set_copy_tables(model, tok)  # an earlier model without them gets them here
     if init_from is not None and not checkpoint.is_file():
         load_initial_weights(model, init_from)
     model.to(device)
@@ -637,6 +634,15 @@ def train(
     del batches  # stops the batch workers
     state.log[-1]["flops"] = float(state.tokens * flops_per_token)
     return model.cpu().eval(), state
+
+
+def set_copy_tables(model: StencilTransformer, tok: StencilTokenizer) -> None:
+    """The copy head's twin tables, functions of the tokenizer: the space twins (copy_twins)
+    and the lower-case twins (copy_lower), where the model's config has them."""
+    if model.config.copy_twins:
+        model.copy.set_twins(*tok.space_twins())
+    if model.config.copy_lower:
+        model.copy.set_lower_twins(*tok.case_twins())
 
 
 def load_initial_weights(model: StencilTransformer, directory: Path) -> list[str]:
@@ -1062,10 +1068,7 @@ def transplant_vocabulary(source: Path, tokenizer: Path, out: Path) -> dict[str,
     state = {k: v for k, v in old.state_dict().items()
              if k not in ("embed.weight", "head.weight", "copy.twins", "copy.lower_twins")}  # fmt: skip
     model.load_state_dict(state, strict=False)
-    if mc.copy_twins:
-        model.copy.set_twins(*after.space_twins())
-    if mc.copy_lower:
-        model.copy.set_lower_twins(*after.case_twins())
+    set_copy_tables(model, after)
     embed, head = old.embed.weight.detach(), old.head.weight.detach()
     with torch.no_grad():
         for i in range(after.vocab_size):
