@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,16 +92,24 @@ def study(pairs: dict[str, tuple[Path, Path]], split: Split, records: int) -> di
     return results
 
 
+def pair_table(
+    results: dict[str, Any], columns: list[str], cells: Callable[[dict[str, Any]], list[str]]
+) -> list[str]:
+    """A Markdown table of every pair's rows: the pair, the row's name, then ``cells(row)``."""
+    lines = ["| " + " | ".join(["pair", *columns]) + " |", "|---" * (len(columns) + 1) + "|"]
+    for label, pair in results["pairs"].items():
+        for row, cell in pair["rows"].items():
+            lines.append("| " + " | ".join([label, row, *cells(cell)]) + " |")
+    return lines
+
+
 def markdown(results: dict[str, Any]) -> str:
     lines = [f"# E-mail addresses ({results['split']}, {results['records']} employee records)", "",
              f"Command: `{results.get('command', '')}`. The address alone as a hole, or in the "
              "whole record holed as a drafting request; share exact, with the part before the "
-             "\"@\" exact (the domain is random), and valid under the schema's pattern.", "",
-             "| pair | fill | exact | before the @ exact | valid |", "|---|---|---|---|---|"]  # fmt: skip
-    for label, pair in results["pairs"].items():
-        for row, cell in pair["rows"].items():
-            lines.append(f"| {label} | {row} | {cell['exact']:.3f} | {cell['local_part']:.3f} | "
-                         f"{cell['valid']:.3f} |")  # fmt: skip
+             "\"@\" exact (the domain is random), and valid under the schema's pattern.", ""]  # fmt: skip
+    lines += pair_table(results, ["fill", "exact", "before the @ exact", "valid"],
+                        lambda c: [f"{c['exact']:.3f}", f"{c['local_part']:.3f}", f"{c['valid']:.3f}"])
     for label, pair in results["pairs"].items():
         lines += ["", f"## {label}: the first records", "",
                   "| address | " + " | ".join(k for k in pair["examples"][0] if k != "target") + " |",
@@ -111,6 +120,18 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def parse_pairs(parser: argparse.ArgumentParser, specs: list[str] | None) -> dict[str, tuple[Path, Path]]:
+    """``--pair NAME=DENOISER,AR`` values (the shipped pair when none) as {name: (denoiser, ar)}."""
+    pairs: dict[str, tuple[Path, Path]] = {}
+    for spec in specs or [SHIPPED]:
+        label, _, dirs = spec.partition("=")
+        den, _, ar = dirs.partition(",")
+        if not (label and den and ar):
+            parser.error(f"--pair {spec!r} is not NAME=DENOISER,AR")
+        pairs[label] = (Path(den), Path(ar))
+    return pairs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", choices=["test", "val"], default="val")
@@ -119,14 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"a model pair (repeatable; default {SHIPPED})")
     parser.add_argument("--out", type=Path, default=Path("bench/email"))
     args = parser.parse_args(argv)
-    pairs: dict[str, tuple[Path, Path]] = {}
-    for spec in args.pair or [SHIPPED]:
-        label, _, dirs = spec.partition("=")
-        den, _, ar = dirs.partition(",")
-        if not (label and den and ar):
-            parser.error(f"--pair {spec!r} is not NAME=DENOISER,AR")
-        pairs[label] = (Path(den), Path(ar))
-    results = study(pairs, args.split, args.records)
+    results = study(parse_pairs(parser, args.pair), args.split, args.records)
     results["command"] = "python bench/email_study.py" + "".join(
         f" {a}" for a in (argv if argv is not None else sys.argv[1:]))  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,15 @@ DATE_ISO_PATTERN = r"(19|20)[0-9]{2}-[01][0-9]-[0-3][0-9]"
 MONEY_PATTERN = r"\$[0-9]{1,3}(,[0-9]{3})*\.[0-9]{2}"
 INTEGER_PATTERN = r"[0-9]{1,4}"
 SPACE_PREFIX = " "  # moves from locked text into the next hole (see gpu_worker.canvas)
+# The corpus's edition: what a (kind, seed, split) renders to. Edition 1 is the corpus that
+# every phase of the models shipped until 2026-12-06 read (and their vocabularies). Edition 2: a
+# job offer shows the position and the start date in a header, as an offer letter's subject
+# block does (before, the role stood only inside the offer sentence, so a template holing that
+# sentence asked the model to invent a job title); meeting minutes close with the date of
+# the next meeting (a sentence naming it is decided by the text on its right); an NDA's term is
+# 2, 3, 5 or 7 years (edition 1 drew 1 and wrote "1 years"). Other kinds render the same.
+CORPUS_EDITION = 2
+CORPUS_EDITIONS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,7 @@ class Builder:
     split: str
     rng: random.Random
     bank: Bank
+    edition: int = CORPUS_EDITION
     parts: list[str] = field(default_factory=list)
     spans: list[Span] = field(default_factory=list)
     patterns: list[str] = field(default_factory=list)
@@ -312,7 +322,8 @@ def _nda(b: Builder, fk: Any, rng: random.Random) -> None:
         "disclosing": ent(disclosing, "disclosing"), "receiving": ent(receiving, "receiving"),
         "signer_a": ent(signer_a, "signer_a"), "signer_b": ent(signer_b, "signer_b"),
         "effective": date_value(eff, "effective"),
-        "years": Value(str(rng.choice([1, 2, 3, 5])), "number", pattern=INTEGER_PATTERN),
+        "years": Value(str(rng.choice([1, 2, 3, 5] if b.edition == 1 else [2, 3, 5, 7])), "number",
+                       pattern=INTEGER_PATTERN),
         "state": Value(rng.choice(states), "choice", choices=states),
         "purpose": Value(rng.choice(["evaluating a potential business relationship", "negotiating a supply agreement", "assessing a possible acquisition", "developing a joint software product", "conducting a pilot study"]), "field"),
     }  # fmt: skip
@@ -405,6 +416,11 @@ def _offer(b: Builder, fk: Any, rng: random.Random) -> None:
     b.value("company", v["company"])
     b.text("\n")
     b.value("offer_day", v["offer_day"])
+    if b.edition >= 2:  # the subject block: what the person making the offer types
+        b.text("\n\nPosition: ")
+        b.value("role", v["role"])
+        b.text("\nStart date: ")
+        b.value("start", v["start"])
     b.text("\n\n")
     b.say("greeting", v, sentence=False)
     b.text("\n\n")
@@ -437,6 +453,9 @@ def _minutes(b: Builder, fk: Any, rng: random.Random) -> None:
     b.value("secretary", v["secretary"])
     b.text("\n\n")
     b.paragraph(("attendance", "opening", "discussion", "decision", "action", "next_meeting"), v)
+    if b.edition >= 2:  # a field the secretary types; a sentence naming it copies it
+        b.text("\n\nDate of next meeting: ")
+        b.value("next", v["next"])
     b.text("\n\nSigned: ")
     b.value("chair", v["chair"])
     b.text(" (Chair), ")
@@ -565,31 +584,36 @@ def _faker() -> Any:
     return _FAKER
 
 
-def generate(kind: str, seed: int, split: Split) -> Document:
-    """One document of ``kind``; the same (kind, seed, split) always gives the same document."""
+def generate(kind: str, seed: int, split: Split, *, edition: int = CORPUS_EDITION) -> Document:
+    """One document of ``kind``; the same (kind, seed, split, edition) always gives the same
+    document (see ``CORPUS_EDITION``)."""
     if kind not in GENERATORS:
         raise ValueError(f"kind={kind!r} is not one of {KINDS}")
     if split not in SPLIT_SEED_BASE:
         raise ValueError(f"split={split!r} is not one of {tuple(SPLIT_SEED_BASE)}")
+    if edition not in CORPUS_EDITIONS:
+        raise ValueError(f"edition={edition!r} is not one of {CORPUS_EDITIONS}")
     fk = _faker()
     fk.seed_instance(seed)
     rng = random.Random(f"{kind}:{seed}")
-    b = Builder(kind, split, rng, BANKS[kind])
+    b = Builder(kind, split, rng, BANKS[kind], edition)
     GENERATORS[kind](b, fk, rng)
     return b.build(seed)
 
 
-def document_at(split: Split, index: int) -> Document:
+def document_at(split: Split, index: int, *, edition: int = CORPUS_EDITION) -> Document:
     """The index-th document of a split; kinds cycle so every split is balanced."""
     if not 0 <= index < SPLIT_SIZE_LIMIT:
         raise ValueError(f"index={index} is outside 0..{SPLIT_SIZE_LIMIT - 1}")
     kind = KINDS[index % len(KINDS)]
-    return generate(kind, SPLIT_SEED_BASE[split] + index, split)
+    return generate(kind, SPLIT_SEED_BASE[split] + index, split, edition=edition)
 
 
-def iter_split(split: Split, count: int, *, offset: int = 0) -> Iterator[Document]:
+def iter_split(
+    split: Split, count: int, *, offset: int = 0, edition: int = CORPUS_EDITION
+) -> Iterator[Document]:
     for index in range(offset, offset + count):
-        yield document_at(split, index)
+        yield document_at(split, index, edition=edition)
 
 
 # -- tokenization along span boundaries -------------------------------------------------------

@@ -43,6 +43,8 @@ import torch
 
 from gpu_worker.backends import file_sha256
 from gpu_worker.corpus import (
+    CORPUS_EDITION,
+    CORPUS_EDITIONS,
     Document,
     Span,
     document_at,
@@ -137,6 +139,9 @@ class TrainConfig:
     # gpu_worker.model.ModelConfig.copy_lower. Needs copy_twins.
     copy_lower: bool = False
     data_offset: int = 0  # steps of documents to skip: a continuation reads documents anew
+    # Which edition of the corpus the run reads (gpu_worker.corpus.CORPUS_EDITION). Phases
+    # recorded before editions existed read edition 1 (see recorded()).
+    corpus_edition: int = CORPUS_EDITION
     eval_every: int = 250
     checkpoint_every: int = 100
 
@@ -145,6 +150,17 @@ class TrainConfig:
             object.__setattr__(self, "virtual_spaces", True)
         if self.copy_lower and not self.copy_twins:
             raise ValueError("copy_lower needs copy_twins")
+        if self.corpus_edition not in CORPUS_EDITIONS:
+            raise ValueError(f"corpus_edition={self.corpus_edition} is not one of {CORPUS_EDITIONS}")
+
+
+# What a setting was before it was recorded: a saved config without the key ran with this.
+EARLIER_DEFAULTS: dict[str, Any] = {"corpus_edition": 1}
+
+
+def recorded(cfg: dict[str, Any], key: str) -> Any:
+    """A saved config's ``key``: what it holds, else what runs did before the key existed."""
+    return cfg.get(key, EARLIER_DEFAULTS.get(key))
 
 
 # -- corruption -------------------------------------------------------------------------------
@@ -357,7 +373,7 @@ def make_batch(
     examples = []
     for row in range(cfg.batch_size):
         index = (step + (cfg.data_offset if split == "train" else 0)) * cfg.batch_size + row
-        doc = document_at(split, index)  # type: ignore[arg-type]
+        doc = document_at(split, index, edition=cfg.corpus_edition)  # type: ignore[arg-type]
         rng = random.Random(f"{cfg.seed}:{split}:{step}:{row}")
         if cfg.kind == "denoiser":
             stratum = (row, cfg.batch_size)
@@ -409,14 +425,15 @@ def batch_loss(model: StencilTransformer, batch: Batch, *, bf16: bool) -> torch.
 
 @torch.no_grad()
 def copy_probe(
-    model: StencilTransformer, tok: StencilTokenizer, *, docs: int = 48, offset: int = 0
+    model: StencilTransformer, tok: StencilTokenizer, *, docs: int = 48, offset: int = 0,
+    edition: int = CORPUS_EDITION,
 ) -> float:
     """Share of val documents whose masked first mention of a repeated entity is predicted
     exactly (one forward, argmax, hole of exactly the entity's length; denoiser only)."""
     mc = model.config
     hits = total = 0
     for index in range(offset, offset + docs):
-        doc = document_at("val", index)
+        doc = document_at("val", index, edition=edition)
         repeated = [i for i in repeated_spans(doc) if doc.spans[i].kind == "entity"]
         if not repeated:
             continue
@@ -488,7 +505,8 @@ def model_config(cfg: TrainConfig, tok: StencilTokenizer) -> ModelConfig:
         ffn_hidden=cfg.ffn_hidden, max_len=cfg.max_len + 1, copy_dim=cfg.copy_dim,
         room_buckets=cfg.room_buckets, copy_twins=cfg.copy_twins, copy_lower=cfg.copy_lower,
         virtual_spaces=cfg.virtual_spaces, spaced_lines=cfg.spaced_lines,
-        extra={"corpus": "gpu_worker.corpus train split", "seed": cfg.seed},
+        extra={"corpus": f"gpu_worker.corpus train split, edition {cfg.corpus_edition}",
+               "seed": cfg.seed},
     )  # fmt: skip
 
 
@@ -518,9 +536,11 @@ def _check_same_run(checkpoint: Path, saved: dict[str, Any], run: dict[str, Any]
     before = saved.get("run")
     if before is None or before == run:
         return
-    changed = sorted(k for k in run["config"] if before["config"].get(k) != run["config"][k])
+    changed = sorted(k for k in run["config"] if recorded(before["config"], k) != run["config"][k])
     if before.get("init_from_sha256") != run["init_from_sha256"]:
         changed.append("the --init-from weights")
+    if not changed:  # recorded before a setting existed, with the value it had then
+        return
     raise ValueError(
         f"{checkpoint} holds another training run (it differs in {', '.join(changed)}); "
         "delete it, or pass --checkpoint with a new path for this run"
@@ -623,7 +643,7 @@ def train(
         if state.total_steps and (state.step % cfg.eval_every == 0 or state.step == state.total_steps):
             model.eval()
             if cfg.kind == "denoiser":
-                entry["copy_probe"] = copy_probe(model, tok, docs=probe_docs)
+                entry["copy_probe"] = copy_probe(model, tok, docs=probe_docs, edition=cfg.corpus_edition)
             entry["val_loss"] = float(validation_loss(model, tok, cfg, mc, bf16=bf16))
         state.log.append(entry)
         bar.update(1)
@@ -787,7 +807,7 @@ def render_model_card(
         "phrase variants only): referral letters, discharge summaries, incident reports, NDA clauses,",
         "invoices, job offers, meeting minutes, JSON records. Values from Faker (MIT licence), prose",
         "from hand-written phrase banks (`gpu_worker/phrases.py`). Generated on the fly; no document",
-        f"is seen twice. Tokenizer: {_tokenizer_sentence(out, summary)}",
+        f"is seen twice. {_editions_sentence(summary)} Tokenizer: {_tokenizer_sentence(out, summary)}",
         "",
         "## Size and compute",
         "| | |",
@@ -910,6 +930,19 @@ def _compute_rows(summary: dict[str, Any]) -> list[str]:
     return rows
 
 
+def _editions_sentence(summary: dict[str, Any]) -> str:
+    """Which corpus edition (``gpu_worker.corpus.CORPUS_EDITION``) each phase read."""
+    editions = [recorded(p["config"], "corpus_edition") for p in training_phases(summary)]
+    if len(set(editions)) == 1:
+        return f"Corpus edition {editions[0]}."
+    parts, first = [], 1
+    for edition, run in itertools.groupby(editions):
+        last = first + len(list(run)) - 1
+        parts.append(f"edition {edition} in " + (f"phase {first}" if first == last else f"phases {first}-{last}"))
+        first = last + 1
+    return f"Corpus: {', '.join(parts)} (`gpu_worker.corpus.CORPUS_EDITION`)."
+
+
 def _last_transplant(summary: dict[str, Any]) -> dict[str, Any] | None:
     moves = [p["vocabulary_transplant"] for p in training_phases(summary) if "vocabulary_transplant" in p]
     return moves[-1] if moves else None
@@ -933,12 +966,19 @@ def _tokenizer_sentence(out: Path, summary: dict[str, Any]) -> str:
     return text + "."
 
 
-def _tokenizer_command(moved: dict[str, Any], spaced: bool, path: str, source: str) -> str:
+def _edition_flag(cfg: dict[str, Any]) -> str:
+    """The command-line flag that makes a run read the corpus edition ``cfg`` read."""
+    edition = recorded(cfg, "corpus_edition")
+    return f" --corpus-edition {edition}" if edition != CORPUS_EDITION else ""
+
+
+def _tokenizer_command(moved: dict[str, Any], cfg: dict[str, Any], path: str, source: str) -> str:
     if moved.get("extends_source"):  # the source's vocabulary with the e-mail name words
         return f"python -m gpu_worker.train --kind tokenizer --extend {source} --out {path}"
     size = f" --vocab-size {moved['vocab_size']}" if moved["vocab_size"] != VOCAB_SIZE else ""
-    return (f"python -m gpu_worker.train --kind tokenizer{' --spaced-lines' if spaced else ''}"
-            f"{size} --out {path}")  # fmt: skip
+    spaced = " --spaced-lines" if cfg.get("spaced_lines") else ""
+    return (f"python -m gpu_worker.train --kind tokenizer{spaced}{size}{_edition_flag(cfg)} "
+            f"--out {path}")  # fmt: skip
 
 
 def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
@@ -971,6 +1011,7 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
             command += " --spaced-lines"
         elif cfg.get("virtual_spaces"):
             command += " --virtual-spaces"
+        command += _edition_flag(cfg)
         if n:  # a phase of its own: its own checkpoint (a checkpoint resumes only its own run)
             command += (f" --init-from models/{out.name}"
                         f" --checkpoint var/train/{out.name}/phase-{n + 1}.pt")  # fmt: skip
@@ -986,14 +1027,16 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
         if moved:  # then the weights moved onto another vocabulary
             source = vocabulary or str(DEFAULT_TOKENIZER)
             vocabulary = f"var/tokenizer/{moved['tokenizer_sha256'][:12]}.json"
-            command = _tokenizer_command(moved, bool(cfg.get("spaced_lines")), vocabulary, source)
+            command = _tokenizer_command(moved, cfg, vocabulary, source)
             runs.append(f"`{command}` "
                         f"(check that its sha256 is {moved['tokenizer_sha256']}) then "
                         f"`python -m gpu_worker.train --transplant models/{out.name} "
                         f"--tokenizer {vocabulary} --out models/{out.name}`")  # fmt: skip
     note = (" (a later run of the same phase resumes from that phase's checkpoint under "
             "var/train/; each --init-from phase starts from the weights before it)") if len(runs) > 1 else ""  # fmt: skip
-    return f"Reproduce: `python -m gpu_worker.train --kind tokenizer`, then {' then '.join(runs)}{note}."
+    first = _edition_flag(training_phases(summary)[0]["config"])  # the first vocabulary's corpus
+    return (f"Reproduce: `python -m gpu_worker.train --kind tokenizer{first}`, then "
+            f"{' then '.join(runs)}{note}.")  # fmt: skip
 
 
 def write_model_card(
@@ -1002,11 +1045,13 @@ def write_model_card(
     (out / "MODEL_CARD.md").write_text(render_model_card(out, summary, metrics))
 
 
-def tokenizer_texts(docs: int, *, spaced: bool = False) -> Iterator[str]:
-    """What the BPE merges are learned from: the first ``docs`` train documents, each cut at
-    every span boundary (see :func:`tokenizer_pieces`)."""
+def tokenizer_texts(
+    docs: int, *, spaced: bool = False, edition: int = CORPUS_EDITION
+) -> Iterator[str]:
+    """What the BPE merges are learned from: the first ``docs`` train documents (of the
+    corpus's ``edition``), each cut at every span boundary (see :func:`tokenizer_pieces`)."""
     for i in range(docs):
-        yield from tokenizer_pieces(document_at("train", i), spaced=spaced)
+        yield from tokenizer_pieces(document_at("train", i, edition=edition), spaced=spaced)
 
 
 def tokenizer_pieces(doc: Document, *, spaced: bool = False) -> list[str]:
@@ -1026,11 +1071,13 @@ def tokenizer_pieces(doc: Document, *, spaced: bool = False) -> list[str]:
 
 
 def train_tokenizer(
-    out: Path, *, docs: int = TOKENIZER_DOCS, vocab_size: int = VOCAB_SIZE, spaced: bool = False
+    out: Path, *, docs: int = TOKENIZER_DOCS, vocab_size: int = VOCAB_SIZE, spaced: bool = False,
+    edition: int = CORPUS_EDITION,
 ) -> StencilTokenizer:
     """A byte-level BPE vocabulary of ``vocab_size`` learned from :func:`tokenizer_texts`,
     saved to ``out``."""
-    tok = StencilTokenizer.train(tokenizer_texts(docs, spaced=spaced), vocab_size=vocab_size)
+    texts = tokenizer_texts(docs, spaced=spaced, edition=edition)
+    tok = StencilTokenizer.train(texts, vocab_size=vocab_size)
     out.parent.mkdir(parents=True, exist_ok=True)
     tok.save(out)
     return tok
@@ -1177,6 +1224,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="denoiser: share of template rows that hole names shown only in holes")
     parser.add_argument("--template-prob", type=float, default=TrainConfig.template_prob,
                         help="denoiser: share of hole rows cut like a template")
+    parser.add_argument("--corpus-edition", type=int, choices=CORPUS_EDITIONS, default=CORPUS_EDITION,
+                        help="the corpus edition the model or tokenizer learns from (see "
+                             "gpu_worker.corpus.CORPUS_EDITION; the default is the current one)")
     parser.add_argument("--no-bf16", action="store_true", help="train in float32")
     parser.add_argument("--segment-boundaries", action="store_true",
                         help="hole rows tokenize locked text before a hole on its own "
@@ -1225,7 +1275,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.kind == "tokenizer":
         target: Path = args.out or args.tokenizer
         trained = train_tokenizer(target, docs=args.tokenizer_docs, vocab_size=args.vocab_size,
-                                  spaced=args.spaced_lines)  # fmt: skip
+                                  spaced=args.spaced_lines, edition=args.corpus_edition)  # fmt: skip
         print(f"tokenizer: {trained.vocab_size} tokens -> {target} (sha256 {file_sha256(target)})")
         return
     if args.out is None:
@@ -1245,6 +1295,7 @@ def main(argv: list[str] | None = None) -> None:
         invent_prob=args.invent_prob, checkpoint_every=args.checkpoint_every,
         document_boundaries=not args.segment_boundaries,
         virtual_spaces=args.virtual_spaces, spaced_lines=args.spaced_lines,
+        corpus_edition=args.corpus_edition,
     )  # fmt: skip
     checkpoint = args.checkpoint or Path("var/train") / args.out.name / "ckpt.pt"
     if args.init_from:  # a later phase may add a tokenization rule, never drop one

@@ -12,6 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gpu_worker.corpus import (
+    CORPUS_EDITION,
     JSON_SCHEMAS,
     KINDS,
     SPLIT_SEED_BASE,
@@ -20,6 +21,7 @@ from gpu_worker.corpus import (
     iter_split,
     main,
     pattern_counts,
+    template_cut,
     tokenize_with_holes,
 )
 from gpu_worker.phrases import BANKS, is_held_out
@@ -89,6 +91,62 @@ def test_invoice_total_equals_sum_of_lines_plus_tax(seed: int) -> None:
     total = _money(re.search(r"Total due: (\S+)", doc.text).group(1))  # type: ignore[union-attr]
     assert subtotal == pytest.approx(sum(_money(a) for *_, a in lines))
     assert total == pytest.approx(subtotal + tax)
+
+
+EDITION_2_KINDS = ("job_offer", "meeting_minutes", "nda_clause")  # what edition 2 changed
+
+
+@given(kind=kinds, seed=seeds, split=splits)
+@settings(max_examples=60, deadline=None)
+def test_edition_2_changes_only_offers_minutes_and_nda_terms(kind: str, seed: int, split: str) -> None:
+    old = generate(kind, seed, split, edition=1)  # type: ignore[arg-type]
+    new = generate(kind, seed, split, edition=2)  # type: ignore[arg-type]
+    assert CORPUS_EDITION == 2 and generate(kind, seed, split) == new  # type: ignore[arg-type]
+    if kind not in EDITION_2_KINDS:
+        assert old == new  # every other kind renders as the shipped models read it
+        return
+    assert old.patterns == new.patterns  # the same draws: the same sentence variants
+    sentences = [[d.span_text(s) for s in d.spans if s.kind == "sentence"] for d in (old, new)]
+    if kind != "nda_clause":  # only a header line was added
+        assert sentences[0] == sentences[1] and len(new.text) > len(old.text)
+
+
+def _visible(doc_text: str, holes: list[tuple[int, int]], value: str) -> bool:
+    """Whether ``value`` occurs in the text outside every hole."""
+    at = doc_text.find(value)
+    while at >= 0:
+        if all(at + len(value) <= a or at >= b for a, b in holes):
+            return True
+        at = doc_text.find(value, at + 1)
+    return False
+
+
+@pytest.mark.parametrize(("kind", "slot"), [("job_offer", "role"), ("meeting_minutes", "next")])
+def test_edition_2_shows_what_a_person_types_outside_the_template_holes(kind: str, slot: str) -> None:
+    """An offer's position and the next meeting's date stand in a header a person fills, so a
+    template that holes the sentences naming them lets the model copy them; in edition 1 they
+    stood only inside those sentences, and a template asked the model to invent them."""
+    shown = {1: 0, 2: 0}
+    for edition in (1, 2):
+        for seed in range(60):
+            doc = generate(kind, seed, "val", edition=edition)
+            value = next(doc.span_text(s) for s in doc.spans if s.name == slot)
+            holes = [(h.start, h.end) for h in template_cut(doc)]
+            shown[edition] += _visible(doc.text, holes, value)
+    assert shown == {1: 0, 2: 60}
+
+
+def test_edition_2_never_writes_one_years() -> None:
+    def terms(edition: int) -> str:
+        return " ".join(generate("nda_clause", seed, "train", edition=edition).text for seed in range(80))
+
+    assert re.search(r"\b1 years\b", terms(1))  # edition 1 did: the shipped models read it
+    assert not re.search(r"\b1 years\b", terms(2)) and re.search(r"\b7 years\b", terms(2))
+
+
+def test_an_unknown_edition_is_refused() -> None:
+    with pytest.raises(ValueError, match="edition=3 is not one of"):
+        generate("invoice", 1, "train", edition=3)
 
 
 def test_splits_draw_disjoint_seed_ranges() -> None:

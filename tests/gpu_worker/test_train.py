@@ -363,6 +363,31 @@ def test_a_checkpoint_resumes_only_the_run_that_wrote_it(
     assert state.step == 4 and len(state.log) == 4  # the same run: resumed, already done
 
 
+def test_a_run_reads_the_corpus_edition_its_config_names(corpus_tokenizer: StencilTokenizer) -> None:
+    mc = model_config(_cfg(), corpus_tokenizer)
+    batches = {e: make_batch(0, _cfg(batch_size=8, corpus_edition=e), mc, corpus_tokenizer) for e in (1, 2)}
+    assert [document_at("train", i).kind for i in range(8)][5] == "job_offer"  # row 5 changed
+    assert not torch.equal(batches[1].inputs, batches[2].inputs)
+    with pytest.raises(ValueError, match="corpus_edition=3"):
+        _cfg(corpus_edition=3)
+
+
+def test_a_checkpoint_recorded_before_editions_resumes_as_edition_1(
+    corpus_tokenizer: StencilTokenizer, tmp_path: Path
+) -> None:
+    checkpoint = tmp_path / "c.pt"
+    train(_cfg(corpus_edition=1), corpus_tokenizer, checkpoint=checkpoint, steps=4, progress=False,
+          bf16=False, max_new_steps=2)  # fmt: skip
+    saved = torch.load(checkpoint, weights_only=False)
+    del saved["run"]["config"]["corpus_edition"]  # as a run before editions recorded it
+    torch.save(saved, checkpoint)
+    with pytest.raises(ValueError, match=r"differs in corpus_edition"):  # it read edition 1
+        train(_cfg(), corpus_tokenizer, checkpoint=checkpoint, steps=4, progress=False, bf16=False)
+    _, state = train(_cfg(corpus_edition=1), corpus_tokenizer, checkpoint=checkpoint, steps=4,
+                     progress=False, bf16=False)  # fmt: skip
+    assert state.step == 4 and len(state.log) == 4  # resumed at step 2
+
+
 def test_cli_writes_every_artifact(tokenizer_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "models" / "tiny-denoiser"
     main(["--kind", "denoiser", "--out", str(out), "--tokenizer", str(tokenizer_file),
@@ -408,6 +433,24 @@ def _tiny_cli(out: Path, tokenizer_file: Path, checkpoint: Path, *extra: str) ->
           "--batch-size", "2", "--eval-every", "3", "--no-bf16", "--checkpoint", str(checkpoint),
           *extra])  # fmt: skip
     return json.loads((out / "training.json").read_text())
+
+
+def test_the_card_reproduces_each_phase_on_the_corpus_edition_it_read(
+    tokenizer_file: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "models" / "tiny-denoiser"
+    _tiny_cli(out, tokenizer_file, tmp_path / "a.pt", "--corpus-edition", "1")
+    second = _tiny_cli(out, tokenizer_file, tmp_path / "b.pt", "--init-from", str(out))
+    assert second["config"]["corpus_edition"] == 2
+    assert second["init_from"]["training"]["config"]["corpus_edition"] == 1
+    card = (out / "MODEL_CARD.md").read_text()
+    assert "Reproduce: `python -m gpu_worker.train --kind tokenizer --corpus-edition 1`" in card
+    assert card.count("--corpus-edition 1") == 2  # the vocabulary and the first phase
+    assert "Corpus: edition 1 in phase 1, edition 2 in phase 2 (" in card
+    del second["init_from"]["training"]["config"]["corpus_edition"]  # recorded before editions
+    (out / "training.json").write_text(json.dumps(second))
+    main(["--card", str(out)])
+    assert (out / "MODEL_CARD.md").read_text() == card  # such a phase read edition 1
 
 
 def test_a_continuation_adds_a_copy_head_and_its_card_adds_up_both_phases(

@@ -1,0 +1,142 @@
+"""Typed fields: does a model carry what a person typed into the sentences it writes?
+
+In a job offer the person making the offer types the position and the start date, and in
+meeting minutes the secretary types the date of the next meeting (corpus edition 2 shows
+them in a header; edition 1 wrote them only inside sentences, so a template that holed the
+sentences asked the model to invent a job title). For the first N documents of each kind in
+a split, holed as a drafting request (``gpu_worker.evaluate.sample_case``: every sentence a
+hole, typed fields locked), each model pair fills the holes, and counted are:
+
+* copied: of the holes whose original sentence names a typed field, the share whose fill
+  names it exactly (the position, the start date, the next meeting's date);
+* dates out of time: the share of holes whose fill holds a date before the document's own
+  (the offer letter's date, the meeting's date): no original sentence does;
+* holes exact: the share of all holes written exactly as the original.
+
+    python bench/typed_fields_study.py [--split val] [--docs 40] [--pair NAME=DENOISER,AR ...]
+
+Pairs run side by side in one run (default: the shipped pair). Writes
+bench/typed_fields/typed_fields[_SPLIT].json and TYPED_FIELDS[_SPLIT].md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.email_study import pair_table, parse_pairs  # noqa: E402
+from bench.threshold_study import save_study  # noqa: E402
+from gpu_worker.ar import infill_request_ar  # noqa: E402
+from gpu_worker.backends import load_backend  # noqa: E402
+from gpu_worker.corpus import DATE_LONG_PATTERN, Document, Split  # noqa: E402
+from gpu_worker.evaluate import first_of_kind, sample_case  # noqa: E402
+from gpu_worker.infill import infill_request  # noqa: E402
+
+# kind -> (the typed fields a sentence may name, the span holding the document's own date)
+FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "job_offer": (("role", "start"), "offer_day"),
+    "meeting_minutes": (("next",), "date"),
+}
+
+
+def dates_in(text: str) -> list[date]:
+    """The long-form dates ("May 27, 2021") written in ``text``."""
+    found = []
+    for match in re.finditer(DATE_LONG_PATTERN, text):
+        try:
+            found.append(datetime.strptime(match.group(0), "%B %d, %Y").date())
+        except ValueError:  # "February 30, 2021": a date in form only
+            continue
+    return found
+
+
+def _value(doc: Document, name: str) -> str:
+    return next(doc.span_text(s) for s in doc.spans if s.name == name)
+
+
+def score(doc: Document, fills: dict[str, str], holes: dict[str, str]) -> dict[str, int]:
+    """Counts for one document: ``holes`` maps each hole to its original text, ``fills`` to
+    what a model wrote."""
+    fields, own = FIELDS[doc.kind]
+    own_date = dates_in(_value(doc, own))[0]
+    counts = {"naming": 0, "copied": 0, "holes": len(holes), "out_of_time": 0, "exact": 0}
+    for name, original in holes.items():
+        written = fills[name]
+        for value in (_value(doc, f) for f in fields):
+            if value in original:
+                counts["naming"] += 1
+                counts["copied"] += value in written
+        counts["out_of_time"] += any(d < own_date for d in dates_in(written))
+        counts["exact"] += written.strip() == original.strip()
+    return counts
+
+
+def study(pairs: dict[str, tuple[Path, Path]], split: Split, docs: int) -> dict[str, Any]:
+    results: dict[str, Any] = {"split": split, "docs_per_kind": docs, "pairs": {}}
+    for label, (den_dir, ar_dir) in pairs.items():
+        den, ar = load_backend(den_dir), load_backend(ar_dir)
+        rows: dict[str, dict[str, int]] = {}
+        examples: list[dict[str, str]] = []
+        for kind in FIELDS:
+            for doc in first_of_kind(split, kind, docs):
+                case = sample_case(doc, den.tokenizer.encode)
+                holes = {h.name: h.target for h in case.holes}
+                fills = {"denoiser": infill_request(den, case.request()).holes,
+                         "AR-FIM": infill_request_ar(ar, case.request()).holes}  # fmt: skip
+                for model, filled in fills.items():
+                    cell = rows.setdefault(f"{model}, {kind}", {})
+                    for key, n in score(doc, filled, holes).items():
+                        cell[key] = cell.get(key, 0) + n
+                first = next((h for h in case.holes if _value(doc, FIELDS[kind][0][0]) in h.target), None)
+                if first is not None and len([e for e in examples if e["kind"] == kind]) < 3:
+                    examples.append({"kind": kind, "original": first.target,
+                                     **{m: f[first.name] for m, f in fills.items()}})  # fmt: skip
+        results["pairs"][label] = {"denoiser": str(den_dir), "ar": str(ar_dir), "rows": rows,
+                                   "examples": examples}  # fmt: skip
+    return results
+
+
+def _share(n: int, of: int) -> str:
+    return f"{n / of:.3f} ({n}/{of})" if of else "-"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [f"# Typed fields ({results['split']}, {results['docs_per_kind']} documents per kind)",
+             "", f"Command: `{results.get('command', '')}`. Whole documents holed as drafting "
+             "requests (`sample_case`); copied: of the holes whose original names a typed field "
+             "(an offer's position and start date, the next meeting's date), the share whose fill "
+             "names it exactly; out of time: the share of holes whose fill holds a date before the "
+             "document's own; exact: holes written as the original.", ""]  # fmt: skip
+    lines += pair_table(results, ["model, kind", "copied", "out of time", "holes exact"],
+                        lambda c: [_share(c["copied"], c["naming"]), _share(c["out_of_time"], c["holes"]),
+                                   _share(c["exact"], c["holes"])])  # fmt: skip
+    for label, pair in results["pairs"].items():
+        lines += ["", f"## {label}: the first sentences naming a typed field", "",
+                  "| kind | original | denoiser | AR-FIM |", "|---|---|---|---|"]  # fmt: skip
+        for e in pair["examples"]:
+            lines.append(f"| {e['kind']} | {e['original']} | {e['denoiser']} | {e['AR-FIM']} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--split", choices=["test", "val"], default="val")
+    parser.add_argument("--docs", type=int, default=40, help="documents per kind")
+    parser.add_argument("--pair", action="append", metavar="NAME=DENOISER,AR",
+                        help="a model pair (repeatable; default the shipped pair)")
+    parser.add_argument("--out", type=Path, default=Path("bench/typed_fields"))
+    args = parser.parse_args(argv)
+    results = study(parse_pairs(parser, args.pair), args.split, args.docs)
+    save_study(results, "bench/typed_fields_study.py", argv, args.out, "typed_fields", markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

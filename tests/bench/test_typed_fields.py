@@ -1,0 +1,51 @@
+"""The typed-fields study: what it counts as copied, out of time and exact."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.typed_fields_study import FIELDS, dates_in, main, score
+from gpu_worker.evaluate import first_of_kind, sample_case
+from gpu_worker.tokenizer import StencilTokenizer
+from tests.gpu_worker.conftest import shipped_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> StencilTokenizer:
+    return shipped_tokenizer()
+
+
+@pytest.mark.parametrize("kind", sorted(FIELDS))
+def test_the_originals_copy_every_field_and_keep_time(kind: str, tokenizer: StencilTokenizer) -> None:
+    for doc in first_of_kind("val", kind, 10):
+        holes = {h.name: h.target for h in sample_case(doc, tokenizer.encode).holes}
+        counts = score(doc, holes, holes)
+        assert counts["naming"] >= 1 and counts["copied"] == counts["naming"]
+        assert counts["out_of_time"] == 0 and counts["exact"] == counts["holes"] == len(holes)
+
+
+def test_a_fill_that_drops_the_field_or_goes_back_in_time_is_counted(tokenizer: StencilTokenizer) -> None:
+    doc = next(first_of_kind("val", "job_offer", 1))
+    holes = {h.name: h.target for h in sample_case(doc, tokenizer.encode).holes}
+    role = next(doc.span_text(s) for s in doc.spans if s.name == "role")
+    naming = next(name for name, text in holes.items() if role in text)
+    wrong = {**holes, naming: "We offer you the role of Engineer, from January 1, 2020."}
+    counts = score(doc, wrong, holes)
+    assert counts["copied"] == score(doc, holes, holes)["copied"] - 1
+    assert counts["out_of_time"] == 1 and counts["exact"] == counts["holes"] - 1
+
+
+def test_dates_in_reads_long_dates_and_skips_impossible_ones() -> None:
+    assert [d.isoformat() for d in dates_in("on May 27, 2021 and February 30, 2021")] == ["2021-05-27"]
+
+
+def test_the_study_runs_a_pair_and_writes_its_report(tmp_path: Path) -> None:
+    main(["--docs", "1", "--out", str(tmp_path)])
+    results = json.loads((tmp_path / "typed_fields_val.json").read_text())
+    rows = results["pairs"]["shipped"]["rows"]
+    assert set(rows) == {f"{m}, {k}" for m in ("denoiser", "AR-FIM") for k in FIELDS}
+    assert all(0 <= r["copied"] <= r["naming"] and r["exact"] <= r["holes"] for r in rows.values())
+    assert "| shipped | denoiser, job_offer |" in (tmp_path / "TYPED_FIELDS_VAL.md").read_text()
