@@ -20,7 +20,6 @@ bench/email/email_study_SPLIT.json and REPORT_SPLIT.md.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.threshold_study import write_study  # noqa: E402
 from gpu_worker.ar import infill_request_ar  # noqa: E402
 from gpu_worker.backends import load_backend  # noqa: E402
 from gpu_worker.corpus import Document, Split  # noqa: E402
@@ -141,13 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("bench/email"))
     args = parser.parse_args(argv)
     results = study(parse_pairs(parser, args.pair), args.split, args.records)
-    results["command"] = "python bench/email_study.py" + "".join(
-        f" {a}" for a in (argv if argv is not None else sys.argv[1:]))  # fmt: skip
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"email_study_{args.split}.json").write_text(json.dumps(results, indent=1) + "\n")
-    text = markdown(results)
-    (args.out / f"REPORT_{args.split.upper()}.md").write_text(text)
-    print(text)
+    write_study(results, "bench/email_study.py", argv, args.out / f"email_study_{args.split}.json",
+                args.out / f"REPORT_{args.split.upper()}.md", markdown, indent=1)  # fmt: skip
     return 0
 
 

@@ -16,7 +16,6 @@ Writes bench/spelling/spelling_study[_val].json and REPORT[_VAL].md.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.threshold_study import write_study  # noqa: E402
 from gpu_worker.ar import infill_request_ar  # noqa: E402
 from gpu_worker.backends import load_backend  # noqa: E402
 from gpu_worker.config import PRESETS, config_from_request  # noqa: E402
@@ -109,14 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("bench/spelling"))
     args = parser.parse_args(argv)
     results = study(args.denoiser, args.ar, args.split, args.per_kind)
-    results["command"] = "python bench/spelling_study.py" + "".join(
-        f" {a}" for a in (argv if argv is not None else sys.argv[1:]))  # fmt: skip
     suffix = "_val" if args.split == "val" else ""
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"spelling_study{suffix}.json").write_text(json.dumps(results, indent=1) + "\n")
-    text = markdown(results)
-    (args.out / f"REPORT{suffix.upper()}.md").write_text(text)
-    print(text)
+    write_study(results, "bench/spelling_study.py", argv, args.out / f"spelling_study{suffix}.json",
+                args.out / f"REPORT{suffix.upper()}.md", markdown, indent=1)  # fmt: skip
     return 0
 
 

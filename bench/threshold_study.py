@@ -212,12 +212,22 @@ def save_study(
 ) -> None:  # fmt: skip
     """Record the command in ``results``, write ``out``/stem[_split].json and
     STEM[_SPLIT].md (no suffix for the test split) and print the Markdown."""
-    results["command"] = " ".join([f"python {script}", *(sys.argv[1:] if argv is None else argv)])
     suffix = "" if results["split"] == "test" else f"_{results['split']}"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}{suffix}.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_study(results, script, argv, out / f"{stem}{suffix}.json",
+                out / f"{stem.upper()}{suffix.upper()}.md", render)  # fmt: skip
+
+
+def write_study(
+    results: dict[str, Any], script: str, argv: list[str] | None, json_path: Path,
+    report_path: Path, render: Callable[[dict[str, Any]], str], *, indent: int = 2,
+) -> None:  # fmt: skip
+    """Record the command that ran ``script`` in ``results``, write them to ``json_path`` and
+    their Markdown to ``report_path`` (one folder), and print the Markdown."""
+    results["command"] = " ".join([f"python {script}", *(sys.argv[1:] if argv is None else argv)])
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(results, indent=indent) + "\n")
     text = render(results)
-    (out / f"{stem.upper()}{suffix.upper()}.md").write_text(text)
+    report_path.write_text(text)
     print(text)
 
 
