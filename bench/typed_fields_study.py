@@ -1,16 +1,22 @@
 """Typed fields: does a model carry what a person typed into the sentences it writes?
 
-In a job offer the person making the offer types the position and the start date, and in
-meeting minutes the secretary types the date of the next meeting (corpus edition 2 shows
-them in a header; edition 1 wrote them only inside sentences, so a template that holed the
-sentences asked the model to invent a job title). For the first N documents of each kind in
+In a job offer the person making the offer types the position and the start date, in
+meeting minutes the secretary types the date of the next meeting, and on an invoice the
+person invoicing types its due date (corpus edition 2 shows the first three in a header,
+edition 3 the due date; before, they stood only inside sentences, so a template that holed
+the sentences asked the model to invent them). For the first N documents of each kind in
 a split, holed as a drafting request (``gpu_worker.evaluate.sample_case``: every sentence a
 hole, typed fields locked), each model pair fills the holes, and counted are:
 
 * copied: of the holes whose original sentence names a typed field, the share whose fill
   names it exactly (the position, the start date, the next meeting's date);
 * dates out of time: the share of holes whose fill holds a date before the document's own
-  (the offer letter's date, the meeting's date): no original sentence does;
+  (the offer letter's date, the meeting's date, the invoice's date) or more than a year
+  after it: no original sentence does (a start date, a reply, the next meeting and a due
+  date all fall within 60 days of it);
+* dates not typed: of the holes whose fill holds a date, the share holding one that the
+  document's locked text does not (a date the model made up; an offer's reply-by date is
+  one in the originals too);
 * holes exact: the share of all holes written exactly as the original.
 
     python bench/typed_fields_study.py [--split val] [--docs 40] [--pair NAME=DENOISER,AR ...]
@@ -35,14 +41,16 @@ from bench.threshold_study import save_study  # noqa: E402
 from gpu_worker.ar import infill_request_ar  # noqa: E402
 from gpu_worker.backends import load_backend  # noqa: E402
 from gpu_worker.corpus import DATE_LONG_PATTERN, Document, Split  # noqa: E402
-from gpu_worker.evaluate import first_of_kind, sample_case  # noqa: E402
+from gpu_worker.evaluate import Case, first_of_kind, sample_case  # noqa: E402
 from gpu_worker.infill import infill_request  # noqa: E402
 
 # kind -> (the typed fields a sentence may name, the span holding the document's own date)
 FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
     "job_offer": (("role", "start"), "offer_day"),
     "meeting_minutes": (("next",), "date"),
+    "invoice": (("due",), "issued"),
 }
+HORIZON_DAYS = 365  # a date further after the document's own than this is out of time
 
 
 def dates_in(text: str) -> list[date]:
@@ -60,19 +68,29 @@ def _value(doc: Document, name: str) -> str:
     return next(doc.span_text(s) for s in doc.spans if s.name == name)
 
 
-def score(doc: Document, fills: dict[str, str], holes: dict[str, str]) -> dict[str, int]:
-    """Counts for one document: ``holes`` maps each hole to its original text, ``fills`` to
-    what a model wrote."""
+def locked_text(case: Case) -> str:
+    """The text of ``case``'s request outside its holes: what the person typed or kept."""
+    return "".join(s["text"] for s in case.request()["segments"] if "text" in s)
+
+
+def score(case: Case, fills: dict[str, str]) -> dict[str, int]:
+    """Counts for one document holed as ``case``; ``fills`` maps each hole to what a model wrote."""
+    doc = case.doc
     fields, own = FIELDS[doc.kind]
     own_date = dates_in(_value(doc, own))[0]
-    counts = {"naming": 0, "copied": 0, "holes": len(holes), "out_of_time": 0, "exact": 0}
-    for name, original in holes.items():
-        written = fills[name]
+    typed_dates = set(dates_in(locked_text(case)))
+    counts = {"naming": 0, "copied": 0, "holes": len(case.holes), "out_of_time": 0, "exact": 0,
+              "dated": 0, "untyped_date": 0}  # fmt: skip
+    for hole in case.holes:
+        written, original = fills[hole.name], hole.target
         for value in (_value(doc, f) for f in fields):
             if value in original:
                 counts["naming"] += 1
                 counts["copied"] += value in written
-        counts["out_of_time"] += any(d < own_date for d in dates_in(written))
+        dates = dates_in(written)
+        counts["out_of_time"] += any(not 0 <= (d - own_date).days <= HORIZON_DAYS for d in dates)
+        counts["dated"] += bool(dates)
+        counts["untyped_date"] += any(d not in typed_dates for d in dates)
         counts["exact"] += written.strip() == original.strip()
     return counts
 
@@ -86,12 +104,11 @@ def study(pairs: dict[str, tuple[Path, Path]], split: Split, docs: int) -> dict[
         for kind in FIELDS:
             for doc in first_of_kind(split, kind, docs):
                 case = sample_case(doc, den.tokenizer.encode)
-                holes = {h.name: h.target for h in case.holes}
                 fills = {"denoiser": infill_request(den, case.request()).holes,
                          "AR-FIM": infill_request_ar(ar, case.request()).holes}  # fmt: skip
                 for model, filled in fills.items():
                     cell = rows.setdefault(f"{model}, {kind}", {})
-                    for key, n in score(doc, filled, holes).items():
+                    for key, n in score(case, filled).items():
                         cell[key] = cell.get(key, 0) + n
                 first = next((h for h in case.holes if _value(doc, FIELDS[kind][0][0]) in h.target), None)
                 if first is not None and len([e for e in examples if e["kind"] == kind]) < 3:
@@ -110,12 +127,14 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [f"# Typed fields ({results['split']}, {results['docs_per_kind']} documents per kind)",
              "", f"Command: `{results.get('command', '')}`. Whole documents holed as drafting "
              "requests (`sample_case`); copied: of the holes whose original names a typed field "
-             "(an offer's position and start date, the next meeting's date), the share whose fill "
-             "names it exactly; out of time: the share of holes whose fill holds a date before the "
-             "document's own; exact: holes written as the original.", ""]  # fmt: skip
-    lines += pair_table(results, ["model, kind", "copied", "out of time", "holes exact"],
+             "(an offer's position and start date, the next meeting's date, an invoice's due "
+             "date), the share whose fill names it exactly; out of time: the share of holes whose "
+             "fill holds a date before the document's own or more than a year after it; dates "
+             "not typed: of the holes whose fill holds a date, the share holding one the "
+             "document's locked text does not; exact: holes written as the original.", ""]  # fmt: skip
+    lines += pair_table(results, ["model, kind", "copied", "out of time", "dates not typed", "holes exact"],
                         lambda c: [_share(c["copied"], c["naming"]), _share(c["out_of_time"], c["holes"]),
-                                   _share(c["exact"], c["holes"])])  # fmt: skip
+                                   _share(c["untyped_date"], c["dated"]), _share(c["exact"], c["holes"])])  # fmt: skip
     for label, pair in results["pairs"].items():
         lines += ["", f"## {label}: the first sentences naming a typed field", "",
                   "| kind | original | denoiser | AR-FIM |", "|---|---|---|---|"]  # fmt: skip

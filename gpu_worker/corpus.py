@@ -51,8 +51,11 @@ SPACE_PREFIX = " "  # moves from locked text into the next hole (see gpu_worker.
 # sentence asked the model to invent a job title); meeting minutes close with the date of
 # the next meeting (a sentence naming it is decided by the text on its right); an NDA's term is
 # 2, 3, 5 or 7 years (edition 1 drew 1 and wrote "1 years"). Other kinds render the same.
-CORPUS_EDITION = 2
-CORPUS_EDITIONS = (1, 2)
+# Edition 3: an invoice shows its due date under its date, as invoices do (before, the due
+# date stood only inside the payment sentences, so a template holing them asked the model to
+# invent one, and with no sense of time it wrote dates years away). Other kinds render as in 2.
+CORPUS_EDITION = 3
+CORPUS_EDITIONS = (1, 2, 3)
 
 
 @dataclass(frozen=True)
@@ -376,6 +379,9 @@ def _invoice(b: Builder, fk: Any, rng: random.Random) -> None:
     b.value("number", v["number"])
     b.text("\nDate: ")
     b.value("issued", v["issued"])
+    if b.edition >= 3:  # a field the person invoicing types; the payment sentences copy it
+        b.text("\nDue date: ")
+        b.value("due", v["due"])
     b.text("\nBill to: ")
     b.value("buyer", v["buyer"])
     b.text(", attn. ")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from bench.typed_fields_study import FIELDS, dates_in, main, score
-from gpu_worker.evaluate import first_of_kind, sample_case
+from gpu_worker.evaluate import Case, first_of_kind, sample_case
 from gpu_worker.tokenizer import StencilTokenizer
 from tests.gpu_worker.conftest import shipped_tokenizer
 
@@ -20,22 +21,45 @@ def tokenizer() -> StencilTokenizer:
 
 @pytest.mark.parametrize("kind", sorted(FIELDS))
 def test_the_originals_copy_every_field_and_keep_time(kind: str, tokenizer: StencilTokenizer) -> None:
+    naming = 0
     for doc in first_of_kind("val", kind, 10):
-        holes = {h.name: h.target for h in sample_case(doc, tokenizer.encode).holes}
-        counts = score(doc, holes, holes)
-        assert counts["naming"] >= 1 and counts["copied"] == counts["naming"]
-        assert counts["out_of_time"] == 0 and counts["exact"] == counts["holes"] == len(holes)
+        case = sample_case(doc, tokenizer.encode)
+        counts = score(case, _originals(case))
+        assert counts["copied"] == counts["naming"]
+        assert counts["out_of_time"] == 0 and counts["exact"] == counts["holes"] == len(case.holes)
+        if kind != "job_offer":  # an offer's reply-by date is in no header
+            assert counts["untyped_date"] == 0
+        naming += counts["naming"]
+    assert naming >= 3  # not every invoice's payment sentences name the due date
+
+
+def _originals(case: Case) -> dict[str, str]:
+    return {h.name: h.target for h in case.holes}
+
+
+def test_a_date_years_after_the_document_is_out_of_time(tokenizer: StencilTokenizer) -> None:
+    doc = next(first_of_kind("val", "invoice", 1))
+    case = sample_case(doc, tokenizer.encode)
+    holes = _originals(case)
+    issued = dates_in(next(doc.span_text(s) for s in doc.spans if s.name == "issued"))[0]
+    first = next(iter(holes))
+    later = issued + timedelta(days=4 * 365)
+    late = {**holes, first: f"Please pay by {later:%B} {later.day}, {later.year}."}
+    assert score(case, late)["out_of_time"] == 1 and score(case, holes)["out_of_time"] == 0
+    assert score(case, late)["untyped_date"] == 1 and score(case, holes)["untyped_date"] == 0
 
 
 def test_a_fill_that_drops_the_field_or_goes_back_in_time_is_counted(tokenizer: StencilTokenizer) -> None:
     doc = next(first_of_kind("val", "job_offer", 1))
-    holes = {h.name: h.target for h in sample_case(doc, tokenizer.encode).holes}
+    case = sample_case(doc, tokenizer.encode)
+    holes = _originals(case)
     role = next(doc.span_text(s) for s in doc.spans if s.name == "role")
     naming = next(name for name, text in holes.items() if role in text)
     wrong = {**holes, naming: "We offer you the role of Engineer, from January 1, 2020."}
-    counts = score(doc, wrong, holes)
-    assert counts["copied"] == score(doc, holes, holes)["copied"] - 1
+    counts, right = score(case, wrong), score(case, holes)
+    assert counts["copied"] == right["copied"] - 1
     assert counts["out_of_time"] == 1 and counts["exact"] == counts["holes"] - 1
+    assert counts["untyped_date"] == right["untyped_date"] + 1
 
 
 def test_dates_in_reads_long_dates_and_skips_impossible_ones() -> None:

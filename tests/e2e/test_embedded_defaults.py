@@ -25,7 +25,7 @@ user = User.objects.get(username="demo")
 version = DocumentTemplate.objects.get(slug="invoice").latest_version()
 draft = services.draft_create(owner=user, version=version, values={
     "invoice_no": "INV-00042", "supplier": "Acme Ltd", "customer": "Globex plc",
-    "invoice_date": "30 June 2025", "services": "Consulting, 10 hours", "total": "$1,250.00"})
+    "invoice_date": "30 June 2025", "due_date": "30 July 2025", "services": "Consulting, 10 hours", "total": "$1,250.00"})
 job = services.draft_infill_request(draft=draft, user=user, preset="fast")
 print(json.dumps({"job": str(job.id)}))
 """

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from gpu_worker.corpus import (
     CORPUS_EDITION,
+    CORPUS_EDITIONS,
     JSON_SCHEMAS,
     KINDS,
     SPLIT_SEED_BASE,
@@ -93,22 +94,27 @@ def test_invoice_total_equals_sum_of_lines_plus_tax(seed: int) -> None:
     assert total == pytest.approx(subtotal + tax)
 
 
-EDITION_2_KINDS = ("job_offer", "meeting_minutes", "nda_clause")  # what edition 2 changed
+# What each edition changed (gpu_worker.corpus.CORPUS_EDITION), from the one before it.
+EDITION_CHANGES = {2: ("job_offer", "meeting_minutes", "nda_clause"), 3: ("invoice",)}
 
 
-@given(kind=kinds, seed=seeds, split=splits)
-@settings(max_examples=60, deadline=None)
-def test_edition_2_changes_only_offers_minutes_and_nda_terms(kind: str, seed: int, split: str) -> None:
-    old = generate(kind, seed, split, edition=1)  # type: ignore[arg-type]
-    new = generate(kind, seed, split, edition=2)  # type: ignore[arg-type]
-    assert CORPUS_EDITION == 2 and generate(kind, seed, split) == new  # type: ignore[arg-type]
-    if kind not in EDITION_2_KINDS:
-        assert old == new  # every other kind renders as the shipped models read it
+@given(kind=kinds, seed=seeds, split=splits, edition=st.sampled_from(sorted(EDITION_CHANGES)))
+@settings(max_examples=80, deadline=None)
+def test_an_edition_changes_only_its_kinds_and_no_draw(kind: str, seed: int, split: str, edition: int) -> None:
+    old = generate(kind, seed, split, edition=edition - 1)  # type: ignore[arg-type]
+    new = generate(kind, seed, split, edition=edition)  # type: ignore[arg-type]
+    assert generate(kind, seed, split) == generate(kind, seed, split, edition=CORPUS_EDITION)  # type: ignore[arg-type]
+    if kind not in EDITION_CHANGES[edition]:
+        assert old == new  # every other kind renders as the models before it read it
         return
     assert old.patterns == new.patterns  # the same draws: the same sentence variants
     sentences = [[d.span_text(s) for s in d.spans if s.kind == "sentence"] for d in (old, new)]
     if kind != "nda_clause":  # only a header line was added
         assert sentences[0] == sentences[1] and len(new.text) > len(old.text)
+
+
+def test_the_current_edition_is_the_last() -> None:
+    assert CORPUS_EDITION == max(CORPUS_EDITIONS) == max(EDITION_CHANGES)
 
 
 def _visible(doc_text: str, holes: list[tuple[int, int]], value: str) -> bool:
@@ -121,19 +127,22 @@ def _visible(doc_text: str, holes: list[tuple[int, int]], value: str) -> bool:
     return False
 
 
-@pytest.mark.parametrize(("kind", "slot"), [("job_offer", "role"), ("meeting_minutes", "next")])
-def test_edition_2_shows_what_a_person_types_outside_the_template_holes(kind: str, slot: str) -> None:
-    """An offer's position and the next meeting's date stand in a header a person fills, so a
-    template that holes the sentences naming them lets the model copy them; in edition 1 they
-    stood only inside those sentences, and a template asked the model to invent them."""
-    shown = {1: 0, 2: 0}
-    for edition in (1, 2):
+@pytest.mark.parametrize(
+    ("kind", "slot", "edition"), [("job_offer", "role", 2), ("meeting_minutes", "next", 2), ("invoice", "due", 3)]
+)
+def test_an_edition_shows_what_a_person_types_outside_the_template_holes(kind: str, slot: str, edition: int) -> None:
+    """An offer's position, the next meeting's date and an invoice's due date stand in a
+    header a person fills, so a template that holes the sentences naming them lets the model
+    copy them; in the edition before they stood only inside those sentences (or nowhere), and
+    a template asked the model to invent them."""
+    shown = {edition - 1: 0, edition: 0}
+    for ed in shown:
         for seed in range(60):
-            doc = generate(kind, seed, "val", edition=edition)
-            value = next(doc.span_text(s) for s in doc.spans if s.name == slot)
+            doc = generate(kind, seed, "val", edition=ed)
+            value = next((doc.span_text(s) for s in doc.spans if s.name == slot), None)
             holes = [(h.start, h.end) for h in template_cut(doc)]
-            shown[edition] += _visible(doc.text, holes, value)
-    assert shown == {1: 0, 2: 60}
+            shown[ed] += value is not None and _visible(doc.text, holes, value)
+    assert shown == {edition - 1: 0, edition: 60}
 
 
 def test_edition_2_never_writes_one_years() -> None:
@@ -145,8 +154,8 @@ def test_edition_2_never_writes_one_years() -> None:
 
 
 def test_an_unknown_edition_is_refused() -> None:
-    with pytest.raises(ValueError, match="edition=3 is not one of"):
-        generate("invoice", 1, "train", edition=3)
+    with pytest.raises(ValueError, match="edition=4 is not one of"):
+        generate("invoice", 1, "train", edition=4)
 
 
 def test_splits_draw_disjoint_seed_ranges() -> None:
