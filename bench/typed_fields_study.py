@@ -9,7 +9,7 @@ a split, holed as a drafting request (``gpu_worker.evaluate.sample_case``: every
 hole, typed fields locked), each model pair fills the holes, and counted are:
 
 * copied: of the holes whose original sentence names a typed field, the share whose fill
-  names it exactly (the position, the start date, the next meeting's date);
+  names it exactly (the position, the start date, the next meeting's date, the due date);
 * dates out of time: the share of holes whose fill holds a date before the document's own
   (the offer letter's date, the meeting's date, the invoice's date) or more than a year
   after it: no original sentence does (a start date, a reply, the next meeting and a due
