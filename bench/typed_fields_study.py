@@ -104,8 +104,9 @@ def study(pairs: dict[str, tuple[Path, Path]], split: Split, docs: int) -> dict[
         for kind in FIELDS:
             for doc in first_of_kind(split, kind, docs):
                 case = sample_case(doc, den.tokenizer.encode)
-                fills = {"denoiser": infill_request(den, case.request()).holes,
-                         "AR-FIM": infill_request_ar(ar, case.request()).holes}  # fmt: skip
+                request = case.request()
+                fills = {"denoiser": infill_request(den, request).holes,
+                         "AR-FIM": infill_request_ar(ar, request).holes}  # fmt: skip
                 for model, filled in fills.items():
                     cell = rows.setdefault(f"{model}, {kind}", {})
                     for key, n in score(case, filled).items():

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.typed_fields_study import FIELDS, dates_in, main, score
+from gpu_worker.corpus import long_date
 from gpu_worker.evaluate import Case, first_of_kind, sample_case
 from gpu_worker.tokenizer import StencilTokenizer
 from tests.gpu_worker.conftest import shipped_tokenizer
@@ -44,7 +45,7 @@ def test_a_date_years_after_the_document_is_out_of_time(tokenizer: StencilTokeni
     issued = dates_in(next(doc.span_text(s) for s in doc.spans if s.name == "issued"))[0]
     first = next(iter(holes))
     later = issued + timedelta(days=4 * 365)
-    late = {**holes, first: f"Please pay by {later:%B} {later.day}, {later.year}."}
+    late = {**holes, first: f"Please pay by {long_date(later)}."}
     assert score(case, late)["out_of_time"] == 1 and score(case, holes)["out_of_time"] == 0
     assert score(case, late)["untyped_date"] == 1 and score(case, holes)["untyped_date"] == 0
 
