@@ -102,12 +102,21 @@ def test_a_corpus_document_holed_at_its_spans_tokenizes_like_the_original(
     index: int, rnd: random.Random
 ) -> None:
     """Holes after a blank line, a colon, a bracket or a space: with the original text in
-    them, the canvas has the document's own tokens (the shipped tokenizer, real documents)."""
+    them, the canvas has the tokens of the training row holed at the same spans (the shipped
+    tokenizer, real documents), and those are the document's own tokens unless a hole's edge
+    falls inside a word of the BPE pre-tokenizer: a job title ending in ")" before "," is
+    one ")," word in the whole text, but a hole ends at ")" in training rows and canvases
+    alike (test document 181)."""
     tokenizer = shipped_tokenizer()
     doc = document_at("test", index)
-    request, fills, _ = holed_at_spans(doc, rnd, tokenizer)
+    request, fills, spans = holed_at_spans(doc, rnd, tokenizer)
     canvas = parse(request, tokenizer, 2048)
-    assert canvas.filled_ids(fills, tokenizer) == tokenizer.encode(doc.text)
+    row, _ = tokenize_with_holes(doc, spans, tokenizer.encode)
+    assert canvas.filled_ids(fills, tokenizer) == row
+    cuts = [at - 1 if doc.text[at - 1 : at] == " " else at for s in spans for at in (s.start, s.end)]
+    words = tokenizer.tok.pre_tokenizer.pre_tokenize_str(doc.text)  # BPE merges within these
+    if not any(a < cut < b for _, (a, b) in words for cut in cuts):
+        assert row == tokenizer.encode(doc.text)
 
 
 def virtual_tokenizer() -> StencilTokenizer:
