@@ -5,8 +5,10 @@ the same case can be matched in both runs (for each model) even when the two pai
 read it through different vocabularies. For each model and hole kind: the exact match of
 each run, and the paired difference with a 95% bootstrap interval (2,000 resamples of the
 matched cases, seeded), which says whether a change is more than the noise of the sample.
+With ``--doc-kind KIND`` two more rows per model split the cases into that document kind's
+and every other kind's (after a corpus edition that changed one kind, say).
 
-    python bench/compare_eval.py BEFORE/results.json AFTER/results.json [--out FILE.json]
+    python bench/compare_eval.py BEFORE/results.json AFTER/results.json [--doc-kind KIND] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def paired(before: list[dict[str, Any]], after: list[dict[str, Any]], seed: int 
     }
 
 
-def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+def compare(before: dict[str, Any], after: dict[str, Any], doc_kind: str | None = None) -> dict[str, Any]:
     if before.get("split") != after.get("split"):
         raise ValueError(f"one run is on {before.get('split')}, the other on {after.get('split')}")
     out: dict[str, Any] = {"split": after.get("split"), "models": {}}
@@ -53,6 +55,10 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         mine = {"before": [c for c in before["cases"] if c["model"] == model],
                 "after": [c for c in after["cases"] if c["model"] == model]}  # fmt: skip
         rows = {"all": paired(mine["before"], mine["after"])}
+        if doc_kind is not None:
+            for label, keep in ((f"{doc_kind} documents", True), ("other documents", False)):
+                rows[label] = paired([c for c in mine["before"] if (c["doc_kind"] == doc_kind) == keep],
+                                     [c for c in mine["after"] if (c["doc_kind"] == doc_kind) == keep])  # fmt: skip
         for kind in after["per_kind"]:
             rows[kind] = paired([c for c in mine["before"] if c["kind"] == kind],
                                 [c for c in mine["after"] if c["kind"] == kind])  # fmt: skip
@@ -76,9 +82,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path)
+    parser.add_argument("--doc-kind", help="also split the cases into this document kind's and the rest")
     parser.add_argument("--out", type=Path, help="write the comparison as JSON here")
     args = parser.parse_args(argv)
-    result = compare(json.loads(args.before.read_text()), json.loads(args.after.read_text()))
+    result = compare(json.loads(args.before.read_text()), json.loads(args.after.read_text()), args.doc_kind)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")

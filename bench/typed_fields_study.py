@@ -1,22 +1,26 @@
 """Typed fields: does a model carry what a person typed into the sentences it writes?
 
-In a job offer the person making the offer types the position and the start date, in
-meeting minutes the secretary types the date of the next meeting, and on an invoice the
-person invoicing types its due date (corpus edition 2 shows the first three in a header,
-edition 3 the due date; before, they stood only inside sentences, so a template that holed
-the sentences asked the model to invent them). For the first N documents of each kind in
-a split, holed as a drafting request (``gpu_worker.evaluate.sample_case``: every sentence a
-hole, typed fields locked), each model pair fills the holes, and counted are:
+In a job offer the person making the offer types the position, the start date, the salary
+and the date to reply by, in meeting minutes the secretary types the date of the next
+meeting, and on an invoice the person invoicing types its due date (corpus edition 2 shows
+the position, the start date and the next meeting in a header, edition 3 the due date,
+edition 4 the salary and the reply-by date; before, they stood only inside sentences, so a
+template that holed the sentences asked the model to invent them). For the first N
+documents of each kind in a split, holed as a drafting request
+(``gpu_worker.evaluate.sample_case``: every sentence a hole, typed fields locked), each
+model pair fills the holes, and counted are:
 
 * copied: of the holes whose original sentence names a typed field, the share whose fill
-  names it exactly (the position, the start date, the next meeting's date, the due date);
+  names it exactly (the position, the start date, the salary, the reply-by date, the next
+  meeting's date, the due date);
 * dates out of time: the share of holes whose fill holds a date before the document's own
   (the offer letter's date, the meeting's date, the invoice's date) or more than a year
   after it: no original sentence does (a start date, a reply, the next meeting and a due
   date all fall within 60 days of it);
 * dates not typed: of the holes whose fill holds a date, the share holding one that the
-  document's locked text does not (a date the model made up; an offer's reply-by date is
-  one in the originals too);
+  document's locked text does not (a date the model made up);
+* amounts not typed: of the holes whose fill holds a dollar amount, the share holding one
+  that the locked text does not (a salary or a sum made up, or garbled as "$ $,000.00");
 * holes exact: the share of all holes written exactly as the original.
 
     python bench/typed_fields_study.py [--split val] [--docs 40] [--pair NAME=DENOISER,AR ...]
@@ -46,11 +50,12 @@ from gpu_worker.infill import infill_request  # noqa: E402
 
 # kind -> (the typed fields a sentence may name, the span holding the document's own date)
 FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
-    "job_offer": (("role", "start"), "offer_day"),
+    "job_offer": (("role", "start", "salary", "reply"), "offer_day"),
     "meeting_minutes": (("next",), "date"),
     "invoice": (("due",), "issued"),
 }
 HORIZON_DAYS = 365  # a date further after the document's own than this is out of time
+AMOUNT = re.compile(r"\$[ $0-9,.]*[0-9]")  # a dollar amount, a garbled one ("$ $,000.00") too
 
 
 def dates_in(text: str) -> list[date]:
@@ -78,9 +83,10 @@ def score(case: Case, fills: dict[str, str]) -> dict[str, int]:
     doc = case.doc
     fields, own = FIELDS[doc.kind]
     own_date = dates_in(_value(doc, own))[0]
-    typed_dates = set(dates_in(locked_text(case)))
+    locked = locked_text(case)
+    typed_dates, typed_amounts = set(dates_in(locked)), set(AMOUNT.findall(locked))
     counts = {"naming": 0, "copied": 0, "holes": len(case.holes), "out_of_time": 0, "exact": 0,
-              "dated": 0, "untyped_date": 0}  # fmt: skip
+              "dated": 0, "untyped_date": 0, "priced": 0, "untyped_amount": 0}  # fmt: skip
     for hole in case.holes:
         written, original = fills[hole.name], hole.target
         for value in (_value(doc, f) for f in fields):
@@ -91,6 +97,9 @@ def score(case: Case, fills: dict[str, str]) -> dict[str, int]:
         counts["out_of_time"] += any(not 0 <= (d - own_date).days <= HORIZON_DAYS for d in dates)
         counts["dated"] += bool(dates)
         counts["untyped_date"] += any(d not in typed_dates for d in dates)
+        amounts = AMOUNT.findall(written)
+        counts["priced"] += bool(amounts)
+        counts["untyped_amount"] += any(a not in typed_amounts for a in amounts)
         counts["exact"] += written.strip() == original.strip()
     return counts
 
@@ -128,14 +137,18 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [f"# Typed fields ({results['split']}, {results['docs_per_kind']} documents per kind)",
              "", f"Command: `{results.get('command', '')}`. Whole documents holed as drafting "
              "requests (`sample_case`); copied: of the holes whose original names a typed field "
-             "(an offer's position and start date, the next meeting's date, an invoice's due "
-             "date), the share whose fill names it exactly; out of time: the share of holes whose "
-             "fill holds a date before the document's own or more than a year after it; dates "
-             "not typed: of the holes whose fill holds a date, the share holding one the "
-             "document's locked text does not; exact: holes written as the original.", ""]  # fmt: skip
-    lines += pair_table(results, ["model, kind", "copied", "out of time", "dates not typed", "holes exact"],
+             "(an offer's position, start date, salary and reply-by date, the next meeting's date, "
+             "an invoice's due date), the share whose fill names it exactly; out of time: the "
+             "share of holes whose fill holds a date before the document's own or more than a "
+             "year after it; dates (amounts) not typed: of the holes whose fill holds a date (a "
+             "dollar amount), the share holding one the document's locked text does not; exact: "
+             "holes written as the original.", ""]  # fmt: skip
+    lines += pair_table(results, ["model, kind", "copied", "out of time", "dates not typed", "amounts not typed",
+                                  "holes exact"],
                         lambda c: [_share(c["copied"], c["naming"]), _share(c["out_of_time"], c["holes"]),
-                                   _share(c["untyped_date"], c["dated"]), _share(c["exact"], c["holes"])])  # fmt: skip
+                                   _share(c["untyped_date"], c["dated"]),
+                                   _share(c["untyped_amount"], c["priced"]),
+                                   _share(c["exact"], c["holes"])])  # fmt: skip
     for label, pair in results["pairs"].items():
         lines += ["", f"## {label}: the first sentences naming a typed field", "",
                   "| kind | original | denoiser | AR-FIM |", "|---|---|---|---|"]  # fmt: skip

@@ -54,8 +54,12 @@ SPACE_PREFIX = " "  # moves from locked text into the next hole (see gpu_worker.
 # Edition 3: an invoice shows its due date under its date, as invoices do (before, the due
 # date stood only inside the payment sentences, so a template holing them asked the model to
 # invent one, and with no sense of time it wrote dates years away). Other kinds render as in 2.
-CORPUS_EDITION = 3
-CORPUS_EDITIONS = (1, 2, 3)
+# Edition 4: a job offer's subject block also shows the salary and the date to reply by, the
+# other two fields an offer form asks for (before, they stood only inside their sentences, so
+# the model invented a salary, at times garbled as "$ $,000.00", and a reply date). Other
+# kinds render as in 3.
+CORPUS_EDITION = 4
+CORPUS_EDITIONS = (1, 2, 3, 4)
 
 
 @dataclass(frozen=True)
@@ -427,6 +431,11 @@ def _offer(b: Builder, fk: Any, rng: random.Random) -> None:
         b.value("role", v["role"])
         b.text("\nStart date: ")
         b.value("start", v["start"])
+    if b.edition >= 4:  # the rest of the offer form; the salary and reply sentences copy them
+        b.text("\nSalary: ")
+        b.value("salary", v["salary"])
+        b.text("\nReply by: ")
+        b.value("reply", v["reply"])
     b.text("\n\n")
     b.say("greeting", v, sentence=False)
     b.text("\n\n")

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from bench.compare_eval import compare, main, paired
 
 
-def _case(model: str, seed: int, exact: bool, kind: str = "sentence") -> dict[str, Any]:
-    return {"model": model, "kind": kind, "doc_kind": "job_offer", "seed": seed,
+def _case(model: str, seed: int, exact: bool, kind: str = "sentence", doc_kind: str = "job_offer") -> dict[str, Any]:
+    return {"model": model, "kind": kind, "doc_kind": doc_kind, "seed": seed,
             "target": f"t{seed}", "exact": exact}  # fmt: skip
 
 
@@ -55,3 +55,17 @@ def test_cases_only_one_run_holds_are_left_out_and_a_foreign_run_is_refused(tmp_
         path.write_text(json.dumps(run))
     main([str(paths[0]), str(paths[1]), "--out", str(tmp_path / "out.json")])
     assert json.loads((tmp_path / "out.json").read_text()) == json.loads(json.dumps(result))
+
+
+def test_a_document_kind_splits_the_cases_into_its_own_and_the_rest() -> None:
+    def run(flags: list[bool]) -> dict[str, Any]:
+        cases = [_case(m, i, e, doc_kind="invoice" if i % 3 == 0 else "job_offer")
+                 for m in ("denoiser", "ar_fim") for i, e in enumerate(flags)]  # fmt: skip
+        return {"split": "val", "per_kind": {"sentence": {}}, "cases": cases}
+
+    before, after = run([False] * 6), run([True, False, False, True, True, False])
+    rows = compare(before, after, "invoice")["models"]["denoiser"]
+    assert rows["invoice documents"]["cases"] == 2 and rows["invoice documents"]["difference"] == 1.0
+    assert rows["other documents"]["cases"] == 4 and rows["other documents"]["difference"] == pytest.approx(0.25)
+    assert rows["all"]["better"] == rows["invoice documents"]["better"] + rows["other documents"]["better"]
+    assert "invoice documents" not in compare(before, after)["models"]["denoiser"]

@@ -28,8 +28,7 @@ def test_the_originals_copy_every_field_and_keep_time(kind: str, tokenizer: Sten
         counts = score(case, _originals(case))
         assert counts["copied"] == counts["naming"]
         assert counts["out_of_time"] == 0 and counts["exact"] == counts["holes"] == len(case.holes)
-        if kind != "job_offer":  # an offer's reply-by date is in no header
-            assert counts["untyped_date"] == 0
+        assert counts["untyped_date"] == counts["untyped_amount"] == 0  # every field is typed
         naming += counts["naming"]
     assert naming >= 3  # not every invoice's payment sentences name the due date
 
@@ -61,6 +60,20 @@ def test_a_fill_that_drops_the_field_or_goes_back_in_time_is_counted(tokenizer: 
     assert counts["copied"] == right["copied"] - 1
     assert counts["out_of_time"] == 1 and counts["exact"] == counts["holes"] - 1
     assert counts["untyped_date"] == right["untyped_date"] + 1
+
+
+def test_a_made_up_or_garbled_salary_is_an_amount_not_typed(tokenizer: StencilTokenizer) -> None:
+    doc = next(first_of_kind("val", "job_offer", 1))
+    case = sample_case(doc, tokenizer.encode)
+    holes = _originals(case)
+    salary = next(doc.span_text(s) for s in doc.spans if s.name == "salary")
+    naming = next(name for name, text in holes.items() if salary in text)
+    right = score(case, holes)
+    assert right["priced"] >= 1 and right["untyped_amount"] == 0
+    for written in ("Your gross pay will be $ $,000.00 per annum.", "The starting salary is $12,500.00 per year."):
+        counts = score(case, {**holes, naming: written})
+        assert counts["priced"] == right["priced"] and counts["untyped_amount"] == 1
+        assert counts["copied"] == right["copied"] - 1
 
 
 def test_dates_in_reads_long_dates_and_skips_impossible_ones() -> None:

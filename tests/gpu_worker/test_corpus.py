@@ -95,7 +95,7 @@ def test_invoice_total_equals_sum_of_lines_plus_tax(seed: int) -> None:
 
 
 # What each edition changed (gpu_worker.corpus.CORPUS_EDITION), from the one before it.
-EDITION_CHANGES = {2: ("job_offer", "meeting_minutes", "nda_clause"), 3: ("invoice",)}
+EDITION_CHANGES = {2: ("job_offer", "meeting_minutes", "nda_clause"), 3: ("invoice",), 4: ("job_offer",)}
 
 
 @given(kind=kinds, seed=seeds, split=splits, edition=st.sampled_from(sorted(EDITION_CHANGES)))
@@ -128,11 +128,13 @@ def _visible(doc_text: str, holes: list[tuple[int, int]], value: str) -> bool:
 
 
 @pytest.mark.parametrize(
-    ("kind", "slot", "edition"), [("job_offer", "role", 2), ("meeting_minutes", "next", 2), ("invoice", "due", 3)]
+    ("kind", "slot", "edition"),
+    [("job_offer", "role", 2), ("meeting_minutes", "next", 2), ("invoice", "due", 3), ("job_offer", "salary", 4),
+     ("job_offer", "reply", 4)],
 )
 def test_an_edition_shows_what_a_person_types_outside_the_template_holes(kind: str, slot: str, edition: int) -> None:
-    """An offer's position, the next meeting's date and an invoice's due date stand in a
-    header a person fills, so a template that holes the sentences naming them lets the model
+    """An offer's position, salary and reply-by date, the next meeting's date and an invoice's
+    due date stand in a header a person fills, so a template that holes the sentences naming them lets the model
     copy them; in the edition before they stood only inside those sentences (or nowhere), and
     a template asked the model to invent them."""
     shown = {edition - 1: 0, edition: 0}
@@ -154,8 +156,8 @@ def test_edition_2_never_writes_one_years() -> None:
 
 
 def test_an_unknown_edition_is_refused() -> None:
-    with pytest.raises(ValueError, match="edition=4 is not one of"):
-        generate("invoice", 1, "train", edition=4)
+    with pytest.raises(ValueError, match="edition=5 is not one of"):
+        generate("invoice", 1, "train", edition=5)
 
 
 def test_splits_draw_disjoint_seed_ranges() -> None:

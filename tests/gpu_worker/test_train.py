@@ -365,13 +365,13 @@ def test_a_checkpoint_resumes_only_the_run_that_wrote_it(
 
 def test_a_run_reads_the_corpus_edition_its_config_names(corpus_tokenizer: StencilTokenizer) -> None:
     mc = model_config(_cfg(), corpus_tokenizer)
-    batches = {e: make_batch(0, _cfg(batch_size=8, corpus_edition=e), mc, corpus_tokenizer) for e in (1, 2, 3)}
+    batches = {e: make_batch(0, _cfg(batch_size=8, corpus_edition=e), mc, corpus_tokenizer) for e in (1, 2, 3, 4)}
     kinds = [document_at("train", i).kind for i in range(8)]
-    assert kinds[5] == "job_offer" and kinds[4] == "invoice"  # rows edition 2 and 3 changed
-    assert not torch.equal(batches[1].inputs, batches[2].inputs)
-    assert not torch.equal(batches[2].inputs, batches[3].inputs)
-    with pytest.raises(ValueError, match="corpus_edition=4"):
-        _cfg(corpus_edition=4)
+    assert kinds[5] == "job_offer" and kinds[4] == "invoice"  # rows editions 2, 3 and 4 changed
+    for edition in (2, 3, 4):
+        assert not torch.equal(batches[edition - 1].inputs, batches[edition].inputs)
+    with pytest.raises(ValueError, match="corpus_edition=5"):
+        _cfg(corpus_edition=5)
 
 
 def test_a_checkpoint_recorded_before_editions_resumes_as_edition_1(
@@ -443,12 +443,12 @@ def test_the_card_reproduces_each_phase_on_the_corpus_edition_it_read(
     out = tmp_path / "models" / "tiny-denoiser"
     _tiny_cli(out, tokenizer_file, tmp_path / "a.pt", "--corpus-edition", "1")
     second = _tiny_cli(out, tokenizer_file, tmp_path / "b.pt", "--init-from", str(out))
-    assert second["config"]["corpus_edition"] == CORPUS_EDITION == 3
+    assert second["config"]["corpus_edition"] == CORPUS_EDITION == 4
     assert second["init_from"]["training"]["config"]["corpus_edition"] == 1
     card = (out / "MODEL_CARD.md").read_text()
     assert "Reproduce: `python -m gpu_worker.train --kind tokenizer --corpus-edition 1`" in card
     assert card.count("--corpus-edition 1") == 2  # the vocabulary and the first phase
-    assert "Corpus: edition 1 in phase 1, edition 3 in phase 2 (" in card
+    assert "Corpus: edition 1 in phase 1, edition 4 in phase 2 (" in card
     del second["init_from"]["training"]["config"]["corpus_edition"]  # recorded before editions
     (out / "training.json").write_text(json.dumps(second))
     main(["--card", str(out)])
