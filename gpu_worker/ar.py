@@ -6,7 +6,8 @@ The baseline and fallback of the diffusion route. For each hole, in document ord
 
 where the prefix is everything before the hole (earlier holes already filled) and the suffix
 is the locked text after it, up to the next hole (a causal model cannot condition on a hole
-that is not filled yet). The middle is decoded one token at a time with the KV cache
+that is not filled yet). A model with ``fim_hole_masks`` instead reads the hole as its budget
+of mask tokens and the whole rest of the canvas after it, later holes as their masks. The middle is decoded one token at a time with the KV cache
 (``forward_window(write_cache=True)``), so each new token costs one window of width one, until
 EOS / pad or the hole's ``max_tokens``. Constraints as in the sampler: a ``choices`` hole
 scores every whole candidate (and its EOS) under the model and takes the best (or samples from
@@ -143,12 +144,17 @@ def fim_prompt(canvas: Canvas, ids: torch.Tensor, index: int, network: StencilTr
     cfg = network.config
     terminators = {canvas.pad_id, canvas.eos_id}
     prefix = [int(t) for t in ids[: hole.start].tolist() if int(t) not in terminators]
-    next_start = canvas.holes[index + 1].start if index + 1 < len(canvas.holes) else canvas.length
-    suffix = [int(t) for t in ids[hole.end : next_start].tolist()]
+    if cfg.fim_hole_masks:  # this hole and the later ones are masks in the canvas still
+        suffix = [int(t) for t in ids[hole.start : canvas.length].tolist()]
+    else:
+        next_start = canvas.holes[index + 1].start if index + 1 < len(canvas.holes) else canvas.length
+        suffix = [int(t) for t in ids[hole.end : next_start].tolist()]
     budget = cfg.max_len - hole.max_len - 2  # room for the middle and its EOS
     overflow = len(prefix) + len(suffix) + 3 - budget
     if overflow > 0:
-        prefix = prefix[overflow:]
+        cut = min(overflow, len(prefix))
+        prefix = prefix[cut:]
+        suffix = suffix[: len(suffix) - (overflow - cut)]  # a canvas longer than the model: the far end
     return [cfg.fim_prefix_id, *prefix, cfg.fim_suffix_id, *suffix, cfg.fim_middle_id]
 
 

@@ -299,7 +299,8 @@ def denoiser_nelbo(loaded: LoadedModel, case: Case, generator: torch.Generator) 
 @torch.no_grad()
 def ar_nll(loaded: LoadedModel, case: Case) -> float:
     """Per-token NLL (nats) of the target's true middle and its EOS, in the AR route's prompt
-    (earlier holes filled with their truth, the suffix up to the next hole)."""
+    (earlier holes filled with their truth, the suffix up to the next hole, or with
+    ``fim_hole_masks`` the rest of the document with this hole and the later ones as masks)."""
     net = loaded.network
     assert isinstance(net, StencilTransformer)
     cfg = net.config
@@ -319,6 +320,13 @@ def ar_nll(loaded: LoadedModel, case: Case) -> float:
     mid = enc(middle) + [cfg.eos_id]
     prefix = loaded.tokenizer.document_prefix(prefix) + prefix  # at the document's start
     seq = [cfg.fim_prefix_id, *enc(prefix), cfg.fim_suffix_id, *enc(suffix), cfg.fim_middle_id]
+    if cfg.fim_hole_masks:  # the route's own prompt: this hole and the later ones as masks
+        from gpu_worker.ar import fim_prompt
+        from gpu_worker.canvas import parse_canvas
+
+        rest = Case(case.kind, case.doc, tuple(h for h in case.holes if h.span.start >= target.span.start))
+        canvas = parse_canvas(rest.request(), loaded.tokenizer, max_len=net.max_len, vocab_size=cfg.vocab_size)
+        seq = fim_prompt(canvas, canvas.ids, 0, net)
     seq = seq[max(0, len(seq) + len(mid) - cfg.max_len) :]
     full = torch.tensor([seq + mid])
     logits = net(full[:, :-1]).float()[0, len(seq) - 1 :]  # [n+1, V]

@@ -79,6 +79,13 @@ class ModelConfig:
     # locked text too (tokenizer.spaced_text), so a name at a line's start is the same tokens
     # as inside a line and a hole can copy it. Implies virtual_spaces.
     spaced_lines: bool = False
+    # AR-FIM hole masks: the prompt shows the hole being filled as its budget of mask tokens
+    # at the start of the suffix, and every later hole of the canvas as its own budget of
+    # masks (``<pre> prefix <suf> <mask>*n suffix <mid> middle``). Without them a hole's
+    # size is not in the prompt, and the first of a run of holes (sentences in a row) has an
+    # empty suffix, so the model writes whatever span most often follows the prefix (a
+    # buyer's name where an invoice's payment sentence belongs). See gpu_worker.ar.fim_prompt.
+    fim_hole_masks: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # free-form provenance (corpus, seed)
 
     @property

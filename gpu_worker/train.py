@@ -124,6 +124,9 @@ class TrainConfig:
     min_t: float = 1e-3  # t ~ U(min_t, 1): 1/t stays finite
     fim_rate: float = 0.9  # AR-FIM: share of rows in PSM order
     suffix_cut_prob: float = 0.5  # AR-FIM: share of FIM rows whose suffix is cut short
+    # AR-FIM: show holes as their budgets of mask tokens (gpu_worker.model.ModelConfig
+    # .fim_hole_masks); FIM rows then hole several spans and the middle is the first.
+    fim_hole_masks: bool = False
     d_model: int = 160
     n_layers: int = 8
     n_heads: int = 5
@@ -309,16 +312,38 @@ def fim_example(
         seq = (encode_document(encode, doc.text, spaced=cfg.spaced_lines) + [mc.eos_id])
         seq = seq[: cfg.max_len + 1]
         return _next_token_example(seq, "plain")
-    holes = pick_holes(doc, rng, cfg)[:1]
+    holes: list[Span] = []  # with hole masks, a share of rows is holed as a drafting template (runs of sentences)
+    if mc.fim_hole_masks and rng.random() < cfg.template_prob:
+        holes = template_holes(doc, rng)
+    if not holes:
+        holes = pick_holes(doc, rng, cfg)
+        holes = holes if mc.fim_hole_masks else holes[:1]
     ids, ranges = tokenize_with_holes(doc, holes, encode, document_boundaries=cfg.document_boundaries,
                                       virtual_spaces=cfg.virtual_spaces,
                                       spaced_lines=cfg.spaced_lines)  # fmt: skip
-    a, b = ranges[0]
+    ranges = sorted(ranges)
+    # The middle: with hole masks any hole, those before it already filled (as the route fills
+    # them, left to right) and those after it shown as masks; else the one hole.
+    middle = rng.randrange(len(ranges)) if mc.fim_hole_masks else 0
+    a, b = ranges[middle]
     suffix = ids[b:]
+    if mc.fim_hole_masks:
+        suffix, cursor = [], b
+        for c, d in ranges[middle + 1 :]:
+            suffix += ids[cursor:c] + [mc.mask_id] * (d - c + rng.randint(0, _pad_budget(d - c, rng, cfg)))
+            cursor = d
+        suffix += ids[cursor:]
     if suffix and rng.random() < cfg.suffix_cut_prob:
         suffix = suffix[: rng.randrange(len(suffix) + 1)]
+    prefix = ids[:a]
+    if mc.fim_hole_masks:
+        suffix = [mc.mask_id] * (b - a + rng.randint(0, _pad_budget(b - a, rng, cfg))) + suffix
+        excess = len(prefix) + len(suffix) + (b - a) + 4 - (cfg.max_len + 1)
+        if excess > 0:  # as the route cuts a long prompt: the prefix's far end, then the suffix's
+            prefix = prefix[min(excess, len(prefix)) :]
+            suffix = suffix[: len(suffix) - max(0, excess - a)]
     seq = (
-        [mc.fim_prefix_id] + ids[:a] + [mc.fim_suffix_id] + suffix + [mc.fim_middle_id]
+        [mc.fim_prefix_id] + prefix + [mc.fim_suffix_id] + suffix + [mc.fim_middle_id]
         + ids[a:b] + [mc.eos_id]
     )  # fmt: skip
     if len(seq) > cfg.max_len + 1:  # keep the middle: cut the prefix's far end
@@ -505,6 +530,7 @@ def model_config(cfg: TrainConfig, tok: StencilTokenizer) -> ModelConfig:
         ffn_hidden=cfg.ffn_hidden, max_len=cfg.max_len + 1, copy_dim=cfg.copy_dim,
         room_buckets=cfg.room_buckets, copy_twins=cfg.copy_twins, copy_lower=cfg.copy_lower,
         virtual_spaces=cfg.virtual_spaces, spaced_lines=cfg.spaced_lines,
+        fim_hole_masks=cfg.fim_hole_masks,
         extra={"corpus": f"gpu_worker.corpus train split, edition {cfg.corpus_edition}",
                "seed": cfg.seed},
     )  # fmt: skip
@@ -796,6 +822,8 @@ def render_model_card(
         else "next-token cross-entropy; "
         f"{cfg['fim_rate']:.0%} of rows in fill-in-the-middle PSM order with hole-shaped middles, "
         f"{cfg['suffix_cut_prob']:.0%} of those with the suffix cut short"
+        + ("; the hole and every later one shown as its budget of mask tokens "
+           "(`ModelConfig.fim_hole_masks`)" if cfg.get("fim_hole_masks") else "")
     )
     lines = [
         f"# {out.name}",
@@ -996,6 +1024,8 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
             command += " --copy-twins"
         if cfg.get("copy_lower"):
             command += " --copy-lower"
+        if cfg.get("fim_hole_masks"):
+            command += " --fim-hole-masks"
         if cfg.get("lr", TrainConfig.lr) != TrainConfig.lr:
             command += f" --lr {cfg['lr']}"
         if phase.get("precision", "").startswith("fp32"):
@@ -1212,6 +1242,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="the copy head may copy a token as its spaced or bare twin")
     parser.add_argument("--copy-lower", action="store_true",
                         help="a twin may be copied in lower case (needs --copy-twins)")
+    parser.add_argument("--fim-hole-masks", action="store_true",
+                        help="AR-FIM: show each hole as its budget of mask tokens in the prompt")
     parser.add_argument("--lr", type=float, default=TrainConfig.lr,
                         help="peak learning rate (warm-up, then cosine decay to a tenth)")
     parser.add_argument("--eval-every", type=int, default=TrainConfig.eval_every)
@@ -1290,7 +1322,7 @@ def main(argv: list[str] | None = None) -> None:
         kind=args.kind, seed=args.seed, batch_size=args.batch_size, d_model=args.d_model,
         n_layers=args.layers, n_heads=args.heads, ffn_hidden=args.ffn, copy_dim=args.copy_dim,
         room_buckets=args.room_buckets, copy_twins=args.copy_twins, copy_lower=args.copy_lower,
-        lr=args.lr, eval_every=args.eval_every, long_pad_prob=args.long_pad_prob,
+        fim_hole_masks=args.fim_hole_masks, lr=args.lr, eval_every=args.eval_every, long_pad_prob=args.long_pad_prob,
         template_prob=args.template_prob, ordered_hole_prob=args.ordered_hole_prob,
         invent_prob=args.invent_prob, checkpoint_every=args.checkpoint_every,
         document_boundaries=not args.segment_boundaries,

@@ -126,6 +126,30 @@ def test_suffix_stops_at_the_next_hole(ar: LoadedModel) -> None:
     assert ar.tokenizer.decode(suffix) == ", thank you for seeing me at"
 
 
+def test_with_hole_masks_the_prompt_shows_this_hole_and_the_later_ones_as_masks(ar: LoadedModel) -> None:
+    network = StencilTransformer(replace(_ar_model(ar.tokenizer).config, fim_hole_masks=True))
+    canvas = parse_canvas(_request(), ar.tokenizer, max_len=network.max_len)
+    cfg = network.config
+    budgets = [h.max_len for h in canvas.holes]
+    for index in range(len(canvas.holes)):
+        prompt = fim_prompt(canvas, canvas.ids, index, network)
+        suffix = prompt[prompt.index(cfg.fim_suffix_id) + 1 : prompt.index(cfg.fim_middle_id)]
+        assert suffix[: budgets[index]] == [cfg.mask_id] * budgets[index]  # this hole's size
+        assert suffix.count(cfg.mask_id) == sum(budgets[index:])  # and every later hole's
+        pieces: list[str] = []  # the locked text between the masks
+        piece: list[int] = []
+        for token in [*suffix, cfg.mask_id]:
+            if token != cfg.mask_id:
+                piece.append(token)
+            elif piece:
+                pieces.append(ar.tokenizer.decode(piece))
+                piece = []
+        assert pieces == [", thank you for seeing me at", " about", ". Age:", "."][index:]
+    assert isinstance(ar.network, StencilTransformer)
+    plain = fim_prompt(canvas, canvas.ids, 0, ar.network)  # without the flag: as before
+    assert cfg.mask_id not in plain
+
+
 def test_should_stop_cancels_before_the_next_hole(ar: LoadedModel) -> None:
     calls = iter([False, True, True, True, True, True, True, True, True])
     outcome = infill_request_ar(ar, _request(), should_stop=lambda: next(calls, True))

@@ -18,6 +18,7 @@ from gpu_worker.evaluate import (
     HOLE_KINDS,
     STARTS,
     HoleCounts,
+    ar_nll,
     build_cases,
     evaluate,
     hole_start,
@@ -42,12 +43,13 @@ def corpus_tokenizer() -> StencilTokenizer:
     return StencilTokenizer.train((d.text for d in iter_split("train", 150)), vocab_size=900)
 
 
-def _save(directory: Path, tok: StencilTokenizer, kind: str) -> Path:
+def _save(directory: Path, tok: StencilTokenizer, kind: str, *, fim_hole_masks: bool = False) -> Path:
     s = tok.special
     cfg = ModelConfig(
         kind=kind, vocab_size=tok.vocab_size, pad_id=s.pad, eos_id=s.eos, mask_id=s.mask,  # type: ignore[arg-type]
         fim_prefix_id=s.fim_prefix, fim_suffix_id=s.fim_suffix, fim_middle_id=s.fim_middle,
         d_model=16, n_layers=1, n_heads=2, ffn_hidden=32, max_len=512,
+        fim_hole_masks=fim_hole_masks,
     )  # fmt: skip
     torch.manual_seed(0)
     save_model(StencilTransformer(cfg), directory, dtype=torch.float32)
@@ -115,6 +117,19 @@ def test_tiny_models_run_end_to_end_and_keep_locked_text(
     assert "exact, spaces counted (D / AR)" in markdown_table(results)
     assert all(case["starts"] in STARTS for case in results["cases"])
     assert "## Exact match by where the hole starts" in (tmp_path / "eval" / "REPORT.md").read_text()
+
+
+def test_ar_nll_with_hole_masks_reads_the_budgets_of_the_holes_after_the_target(
+    corpus_tokenizer: StencilTokenizer, tmp_path: Path
+) -> None:
+    plain = load_backend(_save(tmp_path / "a", corpus_tokenizer, "ar_fim"))
+    masks = load_backend(_save(tmp_path / "m", corpus_tokenizer, "ar_fim", fim_hole_masks=True))
+    cases = build_cases("entity_right", 8, corpus_tokenizer.encode) + build_cases("sentence", 8, corpus_tokenizer.encode)
+    case = next(c for c in cases if any(h.span.start > c.holes[0].span.start for h in c.holes))
+    wider = replace(case, holes=tuple(h if h.name == "target" else replace(h, max_tokens=h.max_tokens + 3)
+                                      for h in case.holes))  # fmt: skip
+    assert ar_nll(masks, case) != ar_nll(masks, wider)  # the later holes' masks are in its prompt
+    assert ar_nll(plain, case) == ar_nll(plain, wider)  # its suffix stops at the next hole
 
 
 def test_holes_are_told_apart_by_where_they_start_and_tabled() -> None:

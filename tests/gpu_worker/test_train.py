@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
 
@@ -220,6 +220,46 @@ def test_fim_rows_put_the_middle_after_prefix_and_suffix(corpus_tokenizer: Stenc
     assert pre < suf < mid < len(seq) - 1
     assert seq[-1] == mc.eos_id
     assert ex.targets == seq[1:]
+
+
+def _compact(text: str) -> str:
+    return "".join(text.split())
+
+
+@given(index=st.integers(0, 400), seed=st.integers(0, 1000))
+@settings(max_examples=40, deadline=None)
+def test_fim_rows_with_hole_masks_show_the_middle_and_every_later_hole_as_masks(
+    corpus_tokenizer: StencilTokenizer, index: int, seed: int
+) -> None:
+    """With ModelConfig.fim_hole_masks a FIM row is what the AR route shows: the text before
+    the middle (earlier holes written), then the middle's budget of masks, the text after it
+    with every later hole as masks, and the middle to write."""
+    cfg = _cfg("ar_fim", fim_rate=1.0, fim_hole_masks=True, suffix_cut_prob=0.0)
+    mc = model_config(cfg, corpus_tokenizer)
+    doc = document_at("train", index)
+    ex = fim_example(doc, corpus_tokenizer.encode, random.Random(seed), cfg, mc)
+    seq = [*ex.inputs, ex.targets[-1]]
+    suf, mid = seq.index(mc.fim_suffix_id), seq.index(mc.fim_middle_id)
+    prefix, suffix, middle = seq[1:suf], seq[suf + 1 : mid], seq[mid + 1 : -1]
+    assert seq[-1] == mc.eos_id and middle and mc.mask_id not in prefix + middle
+    run = next((i for i, t in enumerate(suffix) if t != mc.mask_id), len(suffix))
+    assert run >= len(middle)  # the hole's budget: its text, then room to spare
+    text, written = _compact(doc.text), _compact(corpus_tokenizer.decode(prefix + middle))
+    assert written in text
+    if len(seq) < cfg.max_len + 1:  # nothing was cut to fit: the prefix is the document's start
+        assert text.startswith(written)
+    at = text.index(written) + len(written)
+    piece: list[int] = []  # the suffix's locked text, in order, between the later holes' masks
+    for token in [*suffix[run:], mc.mask_id]:
+        if token != mc.mask_id:
+            piece.append(token)
+        elif piece:
+            found = text.find(_compact(corpus_tokenizer.decode(piece)), at)
+            assert found >= at
+            at, piece = found + len(_compact(corpus_tokenizer.decode(piece))), []
+    plain = fim_example(doc, corpus_tokenizer.encode, random.Random(seed), replace(cfg, fim_hole_masks=False),
+                        model_config(replace(cfg, fim_hole_masks=False), corpus_tokenizer))  # fmt: skip
+    assert mc.mask_id not in plain.inputs
 
 
 def test_rows_with_virtual_spaces_differ_only_by_a_space_opening_some_holes(
