@@ -49,12 +49,18 @@ def test_a_date_years_after_the_document_is_out_of_time(tokenizer: StencilTokeni
     assert score(case, late)["untyped_date"] == 1 and score(case, holes)["untyped_date"] == 0
 
 
-def test_a_fill_that_drops_the_field_or_goes_back_in_time_is_counted(tokenizer: StencilTokenizer) -> None:
+def _offer_naming(field: str, tokenizer: StencilTokenizer) -> tuple[Case, dict[str, str], str]:
+    """The first val job offer as a drafting request, its original fills, and the hole whose
+    original names the typed ``field``."""
     doc = next(first_of_kind("val", "job_offer", 1))
     case = sample_case(doc, tokenizer.encode)
     holes = _originals(case)
-    role = next(doc.span_text(s) for s in doc.spans if s.name == "role")
-    naming = next(name for name, text in holes.items() if role in text)
+    value = next(doc.span_text(s) for s in doc.spans if s.name == field)
+    return case, holes, next(name for name, text in holes.items() if value in text)
+
+
+def test_a_fill_that_drops_the_field_or_goes_back_in_time_is_counted(tokenizer: StencilTokenizer) -> None:
+    case, holes, naming = _offer_naming("role", tokenizer)
     wrong = {**holes, naming: "We offer you the role of Engineer, from January 1, 2020."}
     counts, right = score(case, wrong), score(case, holes)
     assert counts["copied"] == right["copied"] - 1
@@ -63,11 +69,7 @@ def test_a_fill_that_drops_the_field_or_goes_back_in_time_is_counted(tokenizer: 
 
 
 def test_a_made_up_or_garbled_salary_is_an_amount_not_typed(tokenizer: StencilTokenizer) -> None:
-    doc = next(first_of_kind("val", "job_offer", 1))
-    case = sample_case(doc, tokenizer.encode)
-    holes = _originals(case)
-    salary = next(doc.span_text(s) for s in doc.spans if s.name == "salary")
-    naming = next(name for name, text in holes.items() if salary in text)
+    case, holes, naming = _offer_naming("salary", tokenizer)
     right = score(case, holes)
     assert right["priced"] >= 1 and right["untyped_amount"] == 0
     for written in ("Your gross pay will be $ $,000.00 per annum.", "The starting salary is $12,500.00 per year."):
