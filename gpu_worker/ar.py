@@ -7,7 +7,8 @@ The baseline and fallback of the diffusion route. For each hole, in document ord
 where the prefix is everything before the hole (earlier holes already filled) and the suffix
 is the locked text after it, up to the next hole (a causal model cannot condition on a hole
 that is not filled yet). A model with ``fim_hole_masks`` instead reads the hole as its budget
-of mask tokens and the whole rest of the canvas after it, later holes as their masks. The middle is decoded one token at a time with the KV cache
+of mask tokens and the whole rest of the canvas after it, later holes as their masks. The
+middle is decoded one token at a time with the KV cache
 (``forward_window(write_cache=True)``), so each new token costs one window of width one, until
 EOS / pad or the hole's ``max_tokens``. Constraints as in the sampler: a ``choices`` hole
 scores every whole candidate (and its EOS) under the model and takes the best (or samples from

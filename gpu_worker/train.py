@@ -125,7 +125,7 @@ class TrainConfig:
     fim_rate: float = 0.9  # AR-FIM: share of rows in PSM order
     suffix_cut_prob: float = 0.5  # AR-FIM: share of FIM rows whose suffix is cut short
     # AR-FIM: show holes as their budgets of mask tokens (gpu_worker.model.ModelConfig
-    # .fim_hole_masks); FIM rows then hole several spans and the middle is the first.
+    # .fim_hole_masks); FIM rows then hole several spans and the middle is any one of them.
     fim_hole_masks: bool = False
     d_model: int = 160
     n_layers: int = 8
@@ -312,7 +312,7 @@ def fim_example(
         seq = (encode_document(encode, doc.text, spaced=cfg.spaced_lines) + [mc.eos_id])
         seq = seq[: cfg.max_len + 1]
         return _next_token_example(seq, "plain")
-    holes: list[Span] = []  # with hole masks, a share of rows is holed as a drafting template (runs of sentences)
+    holes: list[Span] = []  # with hole masks a share of rows is holed as a template (runs of sentences)
     if mc.fim_hole_masks and rng.random() < cfg.template_prob:
         holes = template_holes(doc, rng)
     if not holes:
@@ -1322,7 +1322,8 @@ def main(argv: list[str] | None = None) -> None:
         kind=args.kind, seed=args.seed, batch_size=args.batch_size, d_model=args.d_model,
         n_layers=args.layers, n_heads=args.heads, ffn_hidden=args.ffn, copy_dim=args.copy_dim,
         room_buckets=args.room_buckets, copy_twins=args.copy_twins, copy_lower=args.copy_lower,
-        fim_hole_masks=args.fim_hole_masks, lr=args.lr, eval_every=args.eval_every, long_pad_prob=args.long_pad_prob,
+        fim_hole_masks=args.fim_hole_masks, lr=args.lr, eval_every=args.eval_every,
+        long_pad_prob=args.long_pad_prob,
         template_prob=args.template_prob, ordered_hole_prob=args.ordered_hole_prob,
         invent_prob=args.invent_prob, checkpoint_every=args.checkpoint_every,
         document_boundaries=not args.segment_boundaries,
