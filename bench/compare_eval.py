@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,21 +48,24 @@ def paired(before: list[dict[str, Any]], after: list[dict[str, Any]], seed: int 
     }
 
 
+def _where(before: dict[str, Any], after: dict[str, Any], model: str,
+           keep: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:  # fmt: skip
+    """:func:`paired` over the model's cases that ``keep`` selects, in both runs."""
+    return paired([c for c in before["cases"] if c["model"] == model and keep(c)],
+                  [c for c in after["cases"] if c["model"] == model and keep(c)])  # fmt: skip
+
+
 def compare(before: dict[str, Any], after: dict[str, Any], doc_kind: str | None = None) -> dict[str, Any]:
     if before.get("split") != after.get("split"):
         raise ValueError(f"one run is on {before.get('split')}, the other on {after.get('split')}")
     out: dict[str, Any] = {"split": after.get("split"), "models": {}}
     for model in ("denoiser", "ar_fim"):
-        mine = {"before": [c for c in before["cases"] if c["model"] == model],
-                "after": [c for c in after["cases"] if c["model"] == model]}  # fmt: skip
-        rows = {"all": paired(mine["before"], mine["after"])}
+        rows = {"all": _where(before, after, model, lambda c: True)}
         if doc_kind is not None:
-            for label, keep in ((f"{doc_kind} documents", True), ("other documents", False)):
-                rows[label] = paired([c for c in mine["before"] if (c["doc_kind"] == doc_kind) == keep],
-                                     [c for c in mine["after"] if (c["doc_kind"] == doc_kind) == keep])  # fmt: skip
+            rows[f"{doc_kind} documents"] = _where(before, after, model, lambda c: c["doc_kind"] == doc_kind)
+            rows["other documents"] = _where(before, after, model, lambda c: c["doc_kind"] != doc_kind)
         for kind in after["per_kind"]:
-            rows[kind] = paired([c for c in mine["before"] if c["kind"] == kind],
-                                [c for c in mine["after"] if c["kind"] == kind])  # fmt: skip
+            rows[kind] = _where(before, after, model, lambda c, kind=kind: c["kind"] == kind)
         out["models"][model] = rows
     return out
 

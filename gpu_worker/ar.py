@@ -34,7 +34,7 @@ from gpu_worker.canvas import Canvas, Hole, parse_canvas
 from gpu_worker.config import SamplerConfig, config_from_request
 from gpu_worker.constraints import CharAutomaton, ChoiceConstraint, PatternConstraint
 from gpu_worker.infill import InfillOutcome, trace_chain
-from gpu_worker.model import KVCache, StencilTransformer
+from gpu_worker.model import KVCache, StencilTransformer, fit_fim_context
 from gpu_worker.validation import validate
 
 ROUTE = "ar"  # InfillOutcome.route of this route
@@ -151,11 +151,7 @@ def fim_prompt(canvas: Canvas, ids: torch.Tensor, index: int, network: StencilTr
         next_start = canvas.holes[index + 1].start if index + 1 < len(canvas.holes) else canvas.length
         suffix = [int(t) for t in ids[hole.end : next_start].tolist()]
     budget = cfg.max_len - hole.max_len - 2  # room for the middle and its EOS
-    overflow = len(prefix) + len(suffix) + 3 - budget
-    if overflow > 0:
-        cut = min(overflow, len(prefix))
-        prefix = prefix[cut:]
-        suffix = suffix[: len(suffix) - (overflow - cut)]  # a canvas longer than the model: the far end
+    prefix, suffix = fit_fim_context(prefix, suffix, budget - 3)  # and for the three sentinels
     return [cfg.fim_prefix_id, *prefix, cfg.fim_suffix_id, *suffix, cfg.fim_middle_id]
 
 

@@ -633,6 +633,18 @@ def hole_room(length: int, budgets: Iterable[tuple[int, int]]) -> torch.Tensor:
     return room
 
 
+def fit_fim_context(prefix: list[int], suffix: list[int], room: int) -> tuple[list[int], list[int]]:
+    """A FIM prompt's prefix and suffix cut to ``room`` tokens together: the prefix's far end
+    first, then the suffix's. The AR route (``gpu_worker.ar.fim_prompt``) and training's
+    hole-mask rows (``gpu_worker.train.fim_example``) cut alike, so a long row reads as the
+    route's prompt would."""
+    excess = len(prefix) + len(suffix) - room
+    if excess <= 0:
+        return prefix, suffix
+    cut = min(excess, len(prefix))
+    return prefix[cut:], suffix[: len(suffix) - (excess - cut)]
+
+
 def save_model(model: StencilTransformer, directory: Path, *, dtype: torch.dtype) -> Path:
     """Write ``model.safetensors`` (in ``dtype``) and ``config.json`` into ``directory``."""
     from safetensors.torch import save_file

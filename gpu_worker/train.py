@@ -58,6 +58,7 @@ from gpu_worker.model import (
     ModelKind,
     StencilTransformer,
     count_flops_per_token,
+    fit_fim_context,
     hole_room,
     load_weights,
 )
@@ -338,10 +339,8 @@ def fim_example(
     prefix = ids[:a]
     if mc.fim_hole_masks:
         suffix = [mc.mask_id] * (b - a + rng.randint(0, _pad_budget(b - a, rng, cfg))) + suffix
-        excess = len(prefix) + len(suffix) + (b - a) + 4 - (cfg.max_len + 1)
-        if excess > 0:  # as the route cuts a long prompt: the prefix's far end, then the suffix's
-            prefix = prefix[min(excess, len(prefix)) :]
-            suffix = suffix[: len(suffix) - max(0, excess - a)]
+        # Room for the sentinels, the middle and its EOS in a row of max_len + 1 tokens.
+        prefix, suffix = fit_fim_context(prefix, suffix, cfg.max_len + 1 - 4 - (b - a))
     seq = (
         [mc.fim_prefix_id] + prefix + [mc.fim_suffix_id] + suffix + [mc.fim_middle_id]
         + ids[a:b] + [mc.eos_id]

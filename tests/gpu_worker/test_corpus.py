@@ -134,9 +134,9 @@ def _visible(doc_text: str, holes: list[tuple[int, int]], value: str) -> bool:
 )
 def test_an_edition_shows_what_a_person_types_outside_the_template_holes(kind: str, slot: str, edition: int) -> None:
     """An offer's position, salary and reply-by date, the next meeting's date and an invoice's
-    due date stand in a header a person fills, so a template that holes the sentences naming them lets the model
-    copy them; in the edition before they stood only inside those sentences (or nowhere), and
-    a template asked the model to invent them."""
+    due date stand in a header a person fills, so a template that holes the sentences naming
+    them lets the model copy them; in the edition before they stood only inside those
+    sentences (or nowhere), and a template asked the model to invent them."""
     shown = {edition - 1: 0, edition: 0}
     for ed in shown:
         for seed in range(60):
