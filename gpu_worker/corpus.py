@@ -94,9 +94,19 @@ class Document:
     text: str
     spans: tuple[Span, ...]
     patterns: tuple[str, ...]  # ids of the phrase variants used ("slot#index")
+    # Where each of ``patterns`` was written: (start, end) character offsets, in step with it.
+    pattern_spans: tuple[tuple[int, int], ...] = ()
 
     def span_text(self, span: Span) -> str:
         return self.text[span.start : span.end]
+
+    def pattern_at(self, span: Span) -> str | None:
+        """The id of the phrase variant that wrote ``span`` ("slot#index"), or None where the
+        span is layout (a header line, a JSON value) rather than part of a phrase."""
+        for pattern, (start, end) in zip(self.patterns, self.pattern_spans, strict=True):
+            if start <= span.start and span.end <= end:
+                return pattern
+        return None
 
 
 @dataclass(frozen=True)
@@ -122,6 +132,7 @@ class Builder:
     parts: list[str] = field(default_factory=list)
     spans: list[Span] = field(default_factory=list)
     patterns: list[str] = field(default_factory=list)
+    pattern_spans: list[tuple[int, int]] = field(default_factory=list)
     length: int = 0
 
     def text(self, s: str) -> None:
@@ -150,6 +161,7 @@ class Builder:
                 self.text(literal)
             if key is not None:
                 self.value(key, values[key])
+        self.pattern_spans.append((start, self.length))
         if sentence:
             self.spans.append(Span(start, self.length, "sentence", slot))
 
@@ -163,7 +175,7 @@ class Builder:
     def build(self, seed: int) -> Document:
         return Document(
             self.kind, seed, self.split, "".join(self.parts), tuple(self.spans),
-            tuple(self.patterns),
+            tuple(self.patterns), tuple(self.pattern_spans),
         )  # fmt: skip
 
 

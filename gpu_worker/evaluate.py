@@ -19,8 +19,14 @@ phases there, and report only the test split.
 
 Metrics per hole kind: exact match, token accuracy, validity against the constraint,
 locked-span preservation (the document's locked text byte-identical), and the per-token
-negative ELBO (denoiser) / NLL (AR-FIM) of the true fill. Writes ``bench/eval/results.json``,
-``bench/eval/REPORT.md`` and ``bench/eval/exact_match.png``.
+negative ELBO (denoiser) / NLL (AR-FIM) of the true fill. Each case also records where its
+hole starts, where its text also stands outside the holes (left, only right, nowhere: the
+holes the right context decides, of every kind) and whether a held-out phrase variant wrote
+it; the report tables exact match by each. 400 cases per kind by default (about 40 minutes
+on one thread; ``--kinds`` splits a run, each kind scores the same alone). Writes
+``bench/eval/results.json``, ``bench/eval/REPORT.md`` and ``bench/eval/exact_match.png``;
+``python bench/compare_eval.py --routes bench/eval/results.json`` pairs the two models case
+by case with 95% intervals.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +58,7 @@ from gpu_worker.corpus import (
     tokenize_with_holes,
 )
 from gpu_worker.model import StencilTransformer, hole_room
+from gpu_worker.phrases import is_held_out
 from gpu_worker.tokenizer import opens_line_or_value
 
 HOLE_KINDS = (
@@ -169,6 +177,50 @@ def hole_start(doc: Document, span: Span) -> str:
     if not before or before.endswith("\n"):
         return "line"
     return "value" if opens_line_or_value(before) else "inside"
+
+
+PHRASES = {"seen": "a phrase variant training reads", "held_out": "a phrase variant held out for test",
+           "layout": "layout (a header line, a JSON value)"}  # fmt: skip
+
+
+def phrase_class(doc: Document, span: Span) -> str:
+    """Which of PHRASES wrote ``span``: a phrase variant training also reads, one held out
+    for the test split (``phrases.is_held_out``), or layout (a header line, a JSON value)."""
+    pattern = doc.pattern_at(span)
+    if pattern is None:
+        return "layout"
+    slot, index = pattern.rsplit("#", 1)
+    return "held_out" if is_held_out(doc.kind, slot, int(index)) else "seen"
+
+
+COPIES = {"left": "on its left", "right": "only on its right", "none": "nowhere else"}
+
+
+def copy_side(case: Case) -> str:
+    """Where the target's text also stands, as a whole word run, in what the model is shown
+    (one of COPIES): on its left (whatever is on its right), only on its right (a hole the
+    right context decides, of any hole kind: a date or a choice repeated later, not only an
+    entity), or nowhere."""
+    target = case.holes[0]
+    word = re.compile(r"(?<!\w)" + re.escape(target.target) + r"(?!\w)")
+    others = sorted((h.span.start, h.span.end) for h in case.holes[1:])
+
+    def shown(a: int, b: int) -> str:  # the document's text in [a, b) outside the other holes
+        pieces, cursor = [], a
+        for start, end in others:
+            if a <= start and end <= b:
+                pieces.append(case.doc.text[cursor:start])
+                cursor = end
+        return "\n".join(pieces + [case.doc.text[cursor:b]])
+
+    if word.search(shown(0, target.span.start)):
+        return "left"
+    return "right" if word.search(shown(target.span.end, len(case.doc.text))) else "none"
+
+
+# Case fields the report groups exact match by: (column header, {value: row title}).
+TABLED = {"starts": ("hole starts", STARTS), "copy": ("its text also stands", COPIES),
+          "phrase": ("written by", PHRASES)}  # fmt: skip
 
 
 def _second_hole(doc: Document, target: Span, rng: random.Random) -> Span | None:
@@ -399,6 +451,7 @@ def run_route(
             "exact_strict": score.strict[-1],
             "valid": score.valid[-1], "locked_preserved": score.locked[-1],
             "holes": [h.name for h in case.holes], "starts": hole_start(case.doc, target.span),
+            "phrase": phrase_class(case.doc, target.span), "copy": copy_side(case),
         })  # fmt: skip
     return score
 
@@ -414,7 +467,6 @@ def evaluate(
     from gpu_worker.infill import infill_request
 
     denoiser, ar = load_backend(denoiser_dir), load_backend(ar_dir)
-    gen = torch.Generator().manual_seed(CASE_SEED)
     overrides = sampler or {}
 
     def diffusion(request: dict[str, Any]) -> Any:
@@ -426,8 +478,11 @@ def evaluate(
     results: dict[str, Any] = {"per_kind": {}, "cases": [], "sampler": overrides, "split": split}
     for kind in tqdm(kinds, desc="hole kinds", disable=not progress):
         cases = build_cases(kind, per_kind, denoiser.tokenizer.encode, split=split)
+        # The negative ELBO's mask draws are seeded per kind: a run of some kinds scores them
+        # as a run of all kinds does.
+        gen = torch.Generator().manual_seed(CASE_SEED + HOLE_KINDS.index(kind))
         d = run_route("denoiser", diffusion, denoiser, cases,
-                      lambda c: denoiser_nelbo(denoiser, c, gen), results["cases"])  # fmt: skip
+                      partial(denoiser_nelbo, denoiser, generator=gen), results["cases"])  # fmt: skip
         a = run_route("ar_fim", autoregressive, ar, cases, lambda c: ar_nll(ar, c), results["cases"])
         results["per_kind"][kind] = {"denoiser": d.summary(), "ar_fim": a.summary()}
     results["models"] = {
@@ -462,14 +517,16 @@ def markdown_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def starts_table(results: dict[str, Any]) -> str:
-    """Exact match over every kind's cases, by where the target hole starts."""
-    lines = ["| hole starts | n | exact match (D / AR) |", "|---|---|---|"]
-    for where, title in STARTS.items():
+def field_table(results: dict[str, Any], field: str) -> str:
+    """Exact match over every kind's cases, grouped by a case field of TABLED; each target
+    once (``entity_right_single`` repeats ``entity_right``'s targets and is left out)."""
+    header, titles = TABLED[field]
+    lines = [f"| {header} | n | exact match (D / AR) |", "|---|---|---|"]
+    for value, title in titles.items():
         em = {}
         for model in ("denoiser", "ar_fim"):
-            hits = [r["exact"] for r in results["cases"]
-                    if r["model"] == model and r.get("starts") == where]  # fmt: skip
+            hits = [r["exact"] for r in results["cases"] if r["model"] == model
+                    and r.get(field) == value and not r["kind"].endswith("_single")]  # fmt: skip
             em[model] = (sum(hits) / len(hits), len(hits)) if hits else (float("nan"), 0)
         if em["denoiser"][1]:
             lines.append(f"| {title} | {em['denoiser'][1]} | "
@@ -537,12 +594,27 @@ def write_report(results: dict[str, Any], out: Path) -> None:
         "![exact match](exact_match.png)",
         "",
         "## Exact match by where the hole starts",
+        "Each table counts a target once (`entity_right_single` repeats `entity_right`'s).",
         "Byte-level BPE spells a word that starts a line or a JSON string value without its",
         "leading space, in other tokens than inside a line, unless the model writes holes there",
         "with a virtual space (`ModelConfig.virtual_spaces`) or reads all text so",
         "(`ModelConfig.spaced_lines`).",
         "",
-        starts_table(results),
+        field_table(results, "starts"),
+        "",
+        "## Exact match by where the target's text also stands",
+        "Outside the case's holes, as a whole word run (`copy_side`): on its left, only on its",
+        "right (a hole its right context decides, of any kind: an entity, a date repeated later),",
+        "or nowhere. `python bench/compare_eval.py --routes results.json` pairs the two models",
+        "case by case with 95% intervals, per hole kind too.",
+        "",
+        field_table(results, "copy"),
+        "",
+        "## Exact match by the phrase that wrote the target",
+        "The test split draws every phrase variant, the held-out ones too; training and val read",
+        "only the others (`phrase_class`).",
+        "",
+        field_table(results, "phrase"),
         "",
         "## First case of each kind",
         "| hole kind | model | document | target | prediction |",
@@ -798,7 +870,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Evaluate the denoiser and AR-FIM side by side.")
     parser.add_argument("--denoiser", type=Path, default=Path("models/stencil-denoiser"))
     parser.add_argument("--ar", type=Path, default=Path("models/stencil-ar-fim"))
-    parser.add_argument("--per-kind", type=int, default=40)
+    parser.add_argument("--per-kind", type=int, default=400,
+                        help="cases per hole kind (400: about 40 minutes on one thread)")  # fmt: skip
     parser.add_argument("--kinds", default=",".join(HOLE_KINDS))
     parser.add_argument("--sampler", default="{}", help="SamplerConfig overrides as JSON")
     parser.add_argument("--out", type=Path, default=Path("bench/eval"))

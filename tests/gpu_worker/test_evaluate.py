@@ -13,14 +13,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_worker.backends import load_backend
-from gpu_worker.corpus import KINDS, Document, Span, document_at, iter_split
+from gpu_worker.corpus import KINDS, Document, Span, Split, document_at, iter_split
 from gpu_worker.evaluate import (
+    COPIES,
     HOLE_KINDS,
+    PHRASES,
     STARTS,
+    Case,
     HoleCounts,
+    HoleSpec,
     ar_nll,
     build_cases,
+    copy_side,
     evaluate,
+    field_table,
     hole_start,
     is_valid,
     judged_nll,
@@ -28,13 +34,14 @@ from gpu_worker.evaluate import (
     locked_text,
     main,
     markdown_table,
+    phrase_class,
     sample_case,
-    starts_table,
     train_lexicon,
     write_report,
     write_samples,
 )
 from gpu_worker.model import ModelConfig, StencilTransformer, save_model
+from gpu_worker.phrases import BANKS
 from gpu_worker.tokenizer import StencilTokenizer
 
 
@@ -111,12 +118,20 @@ def test_tiny_models_run_end_to_end_and_keep_locked_text(
     for case in results["cases"]:  # exact match sets spaces at the ends aside; strict does not
         assert case["exact"] == (case["prediction"].strip() == case["target"].strip())
         assert case["exact_strict"] == (case["prediction"] == case["target"])
+    alone = evaluate(denoiser, ar, per_kind=1, kinds=("choice",), sampler={"max_steps": 8}, progress=False)
+    for model in ("denoiser", "ar_fim"):  # a kind scores the same in a run of other kinds
+        assert alone["per_kind"]["choice"][model]["nll_per_token"] == results["per_kind"]["choice"][model]["nll_per_token"]
     write_report(results, tmp_path / "eval")
     assert (tmp_path / "eval" / "exact_match.png").is_file()
     assert "| entity_right | 1 |" in markdown_table(results)
     assert "exact, spaces counted (D / AR)" in markdown_table(results)
     assert all(case["starts"] in STARTS for case in results["cases"])
-    assert "## Exact match by where the hole starts" in (tmp_path / "eval" / "REPORT.md").read_text()
+    assert {case["copy"] for case in results["cases"] if case["kind"] == "entity_right"} == {"right"}
+    assert all(case["phrase"] in PHRASES for case in results["cases"])
+    report = (tmp_path / "eval" / "REPORT.md").read_text()
+    assert "## Exact match by where the hole starts" in report
+    right = [c["exact"] for c in results["cases"] if c["copy"] == "right" and c["model"] == "denoiser"]
+    assert f"| only on its right | {len(right)} | {sum(right) / len(right):.2f} / " in report
 
 
 def test_ar_nll_with_hole_masks_reads_the_budgets_of_the_holes_after_the_target(
@@ -130,6 +145,59 @@ def test_ar_nll_with_hole_masks_reads_the_budgets_of_the_holes_after_the_target(
                                       for h in case.holes))  # fmt: skip
     assert ar_nll(masks, case) != ar_nll(masks, wider)  # the later holes' masks are in its prompt
     assert ar_nll(plain, case) == ar_nll(plain, wider)  # its suffix stops at the next hole
+
+
+def test_a_hole_knows_the_phrase_variant_that_wrote_it() -> None:
+    splits: tuple[Split, ...] = ("train", "val", "test")
+    seen: dict[str, set[str]] = {split: set() for split in splits}
+    for split in splits:
+        for doc in iter_split(split, 60):
+            ends = [0]
+            for pattern, (start, end) in zip(doc.patterns, doc.pattern_spans, strict=True):
+                assert ends[-1] <= start < end  # in order, never overlapping
+                ends.append(end)
+                slot, index = pattern.rsplit("#", 1)
+                values = sorted((s for s in doc.spans if s.kind != "sentence" and start <= s.start and s.end <= end),
+                                key=lambda s: s.start)  # fmt: skip
+                text, cursor = "", start
+                for v in values:  # the variant's wording with its placeholders back in
+                    text += doc.text[cursor : v.start] + "{" + v.name + "}"
+                    cursor = v.end
+                assert text + doc.text[cursor:end] == BANKS[doc.kind][slot][int(index)]
+            for span in doc.spans:
+                where = phrase_class(doc, span)
+                seen[split].add(where)
+                if span.kind == "sentence":  # a sentence is one phrase: its slot's
+                    owner = doc.pattern_at(span)
+                    assert where != "layout" and owner is not None and owner.rsplit("#", 1)[0] == span.name
+    assert seen["test"] == set(PHRASES)
+    assert seen["train"] == seen["val"] == {"seen", "layout"}  # held-out variants are the test split's
+
+
+def test_a_hole_knows_where_its_text_also_stands_outside_the_other_holes(corpus_tokenizer: StencilTokenizer) -> None:
+    text = "Due May 2, 2024. Paid on May 2, 2024 by Ann. Ann Lee."
+    doc = Document("invoice", 0, "test", text, (), ())
+
+    def case(*spans: tuple[str, int]) -> Case:  # (text, which occurrence) per hole, target first
+        holes = []
+        for i, (word, nth) in enumerate(spans):
+            start = [m.start() for m in re.finditer(re.escape(word), text)][nth]
+            span = Span(start, start + len(word), "date", "d")
+            holes.append(HoleSpec("target" if i == 0 else f"h{i}", "number_date", span, word, 9, None))
+        return Case("number_date", doc, tuple(holes))
+
+    assert copy_side(case(("May 2, 2024", 0))) == "right"
+    assert copy_side(case(("May 2, 2024", 1))) == "left"
+    assert copy_side(case(("May 2, 2024", 0), ("May 2, 2024", 1))) == "none"  # its copy is in a hole
+    assert copy_side(case(("May 2, 2024", 0), ("Paid on May 2, 2024", 0))) == "none"
+    assert copy_side(case(("May 2, 2024", 0), ("Ann", 1))) == "right"  # another hole on its right
+    assert copy_side(case(("Ann", 0))) == "right"
+    assert copy_side(case(("Ann", 1))) == "left"
+    assert copy_side(case(("Le", 0))) == "none"  # whole words only: "Lee" is no copy of "Le"
+    by_kind = {kind: {copy_side(c) for c in build_cases(kind, 30, corpus_tokenizer.encode)}
+               for kind in ("entity_right", "entity_left", "sentence", "number_date")}  # fmt: skip
+    assert by_kind["entity_right"] == {"right"} and by_kind["entity_left"] == {"left"}
+    assert by_kind["sentence"] == {"none"} and by_kind["number_date"] == set(COPIES)
 
 
 def test_holes_are_told_apart_by_where_they_start_and_tabled() -> None:
@@ -149,7 +217,9 @@ def test_holes_are_told_apart_by_where_they_start_and_tabled() -> None:
              {"model": "denoiser", "exact": 1.0, "starts": "value"},
              {"model": "ar_fim", "exact": 1.0, "starts": "value"},
              {"model": "ar_fim", "exact": 1.0, "starts": "value"}]  # fmt: skip
-    table = starts_table({"cases": cases})
+    cases = [{**c, "kind": "choice"} for c in cases]
+    repeats = [{**c, "kind": "entity_right_single", "starts": "inside"} for c in cases]  # counted once: left out
+    table = field_table({"cases": cases + repeats}, "starts")
     assert "| a line (or the document) | 1 | 1.00 / 0.00 |" in table
     assert "| a JSON string value | 2 | 0.50 / 1.00 |" in table
     assert "inside a line" not in table  # no case starts there
