@@ -95,7 +95,7 @@ class Document:
     spans: tuple[Span, ...]
     patterns: tuple[str, ...]  # ids of the phrase variants used ("slot#index")
     # Where each of ``patterns`` was written: (start, end) character offsets, in step with it.
-    pattern_spans: tuple[tuple[int, int], ...] = ()
+    pattern_spans: tuple[tuple[int, int], ...]
 
     def span_text(self, span: Span) -> str:
         return self.text[span.start : span.end]

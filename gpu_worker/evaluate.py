@@ -675,6 +675,7 @@ def write_samples(
              "⟧. Under each: the original and AR-FIM's fill.",
              "Command: `python -m gpu_worker.evaluate --samples"
              + ("" if split == "test" else f" --split {split}")
+             + (f" --sampler '{json.dumps(sampler)}'" if sampler else "")
              + ("" if out == Path("bench/eval") else f" --out {out}") + "`.", ""]  # fmt: skip
     header = len(lines)  # the judged table goes after the header, before the documents
     judged = ar is not None and judge_per_kind > 0

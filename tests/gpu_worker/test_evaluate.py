@@ -176,7 +176,7 @@ def test_a_hole_knows_the_phrase_variant_that_wrote_it() -> None:
 
 def test_a_hole_knows_where_its_text_also_stands_outside_the_other_holes(corpus_tokenizer: StencilTokenizer) -> None:
     text = "Due May 2, 2024. Paid on May 2, 2024 by Ann. Ann Lee."
-    doc = Document("invoice", 0, "test", text, (), ())
+    doc = Document("invoice", 0, "test", text, (), (), ())
 
     def case(*spans: tuple[str, int]) -> Case:  # (text, which occurrence) per hole, target first
         holes = []
@@ -233,6 +233,7 @@ def test_samples_show_every_kind_beside_ar_fim_with_the_judged_table(
     text = write_samples(denoiser, tmp_path / "eval", sampler={"max_steps": 4}, ar_dir=ar,
                          judge_per_kind=1)  # fmt: skip
     assert (tmp_path / "eval" / "SAMPLES.md").read_text() == text
+    assert f"""Command: `python -m gpu_worker.evaluate --samples --sampler '{{"max_steps": 4}}' --out {tmp_path / "eval"}`.""" in text
     rows = [line for line in text.splitlines() if line.startswith("| ") and "|---" not in line]
     assert [row.split(" | ")[0].removeprefix("| ") for row in rows] == [
         "kind", *KINDS, "**mean**"
