@@ -109,6 +109,13 @@ class Document:
         return None
 
 
+def pattern_is_held_out(kind: str, pattern: str) -> bool:
+    """Whether a pattern id of ``Document.patterns`` ("slot#index") names a variant held out
+    for the test split (``phrases.is_held_out``)."""
+    slot, index = pattern.rsplit("#", 1)
+    return is_held_out(kind, slot, int(index))
+
+
 @dataclass(frozen=True)
 class Value:
     """A value to place in a document, with what its span should record."""

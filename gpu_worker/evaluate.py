@@ -54,11 +54,11 @@ from gpu_worker.corpus import (
     Span,
     Split,
     document_at,
+    pattern_is_held_out,
     template_cut,
     tokenize_with_holes,
 )
 from gpu_worker.model import StencilTransformer, hole_room
-from gpu_worker.phrases import is_held_out
 from gpu_worker.tokenizer import opens_line_or_value
 
 HOLE_KINDS = (
@@ -185,12 +185,11 @@ PHRASES = {"seen": "a phrase variant training reads", "held_out": "a phrase vari
 
 def phrase_class(doc: Document, span: Span) -> str:
     """Which of PHRASES wrote ``span``: a phrase variant training also reads, one held out
-    for the test split (``phrases.is_held_out``), or layout (a header line, a JSON value)."""
+    for the test split (``corpus.pattern_is_held_out``), or layout (a header line, a JSON value)."""
     pattern = doc.pattern_at(span)
     if pattern is None:
         return "layout"
-    slot, index = pattern.rsplit("#", 1)
-    return "held_out" if is_held_out(doc.kind, slot, int(index)) else "seen"
+    return "held_out" if pattern_is_held_out(doc.kind, pattern) else "seen"
 
 
 COPIES = {"left": "on its left", "right": "only on its right", "none": "nowhere else"}
