@@ -21,8 +21,8 @@ from audit.trace import Divergence, trace_compare, trace_hash
 
 # route -> "module:function[,function...]": the first function the module has is the runner
 RUNNERS: dict[str, str] = {
-    "diffusion": "gpu_worker.infill:infill_request",
-    "ar": "gpu_worker.ar:infill_request_ar,ar_infill_request",
+    "diffusion": "gpu_worker.engine.infill:infill_request",
+    "ar": "gpu_worker.engine.ar:infill_request_ar,ar_infill_request",
 }
 _RUNTIME_KEYS = ("torch", "torch_cuda", "python", "device", "git_revision", "stencil")
 
@@ -111,7 +111,7 @@ def _pick_device(recorded: str) -> tuple[str, str | None]:
 
 
 def _sampler_config(recorded: dict[str, Any]) -> Any:
-    from gpu_worker.config import SamplerConfig
+    from gpu_worker.engine.config import SamplerConfig
 
     return SamplerConfig.from_json(recorded)
 
@@ -131,7 +131,7 @@ def replay_run(
     """
     import torch
 
-    from gpu_worker.backends import load_backend
+    from gpu_worker.engine.backends import load_backend
 
     model = body["stencil.model"]
     runtime = body["stencil.runtime"]
@@ -166,7 +166,7 @@ def replay_run(
     replay_request = {**request, "seed": body["stencil.generator"]["seed"]}
     config = _sampler_config(body["stencil.sampler"]["config"])
     if rebatch and batch_requests is not None:
-        from gpu_worker.infill import infill_batch
+        from gpu_worker.engine.infill import infill_batch
 
         batched = infill_batch(loaded, batch_requests, config=config, device=torch.device(device))
         row = batched[int(position)]

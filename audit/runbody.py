@@ -26,7 +26,7 @@ _VIOLATION_LABELS = ("hole", "code", "kind", "rule", "name", "constraint")
 
 
 class OutcomeLike(Protocol):
-    """The fields of gpu_worker.infill.InfillOutcome the audit reads."""
+    """The fields of gpu_worker.engine.infill.InfillOutcome the audit reads."""
 
     holes: dict[str, str]
     document: str

@@ -38,7 +38,7 @@ from audit.selectors import user_is_auditor
 from audit.trace import trace_hash, trace_head
 
 if TYPE_CHECKING:
-    from gpu_worker.infill import InfillOutcome
+    from gpu_worker.engine.infill import InfillOutcome
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Two runs of ``python -m gpu_worker.evaluate`` on the same cases, compared case by case.
+"""Two runs of ``python -m research.evaluate`` on the same cases, compared case by case.
 
 Each run's ``results.json`` holds every case with its document seed, hole kind and target, so
 the same case can be matched in both runs (for each model) even when the two pairs of models

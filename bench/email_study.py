@@ -1,12 +1,12 @@
 """E-mail addresses: does a model spell the record's name into the address?
 
-An employee record (``gpu_worker.corpus``, JSON records) names its employee ("Adam Diaz") and
+An employee record (``research.corpus``, JSON records) names its employee ("Adam Diaz") and
 gives an address that spells the name in lower case ("adam.diaz@young.biz"); the domain is
 drawn at random, so only the part before the "@" can be known. For the first N employee
 records of a split, each model pair fills the address twice:
 
 * alone: only the address is a hole (its schema pattern as the constraint), all else locked;
-* in the whole record, holed as a drafting request (``gpu_worker.evaluate.sample_case``): the
+* in the whole record, holed as a drafting request (``research.evaluate.sample_case``): the
   name stays visible only in the heading line.
 
 Counted: the address exact, its part before the "@" exact, and valid under the pattern.
@@ -28,17 +28,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.threshold_study import write_study  # noqa: E402
-from gpu_worker.ar import infill_request_ar  # noqa: E402
-from gpu_worker.backends import load_backend  # noqa: E402
-from gpu_worker.corpus import Document, Split  # noqa: E402
-from gpu_worker.evaluate import (  # noqa: E402
+from gpu_worker.engine.ar import infill_request_ar  # noqa: E402
+from gpu_worker.engine.backends import load_backend  # noqa: E402
+from gpu_worker.engine.infill import infill_request  # noqa: E402
+from research.corpus import Document, Split  # noqa: E402
+from research.evaluate import (  # noqa: E402
     Case,
     _hole,
     first_of_kind,
     is_valid,
     sample_case,
 )
-from gpu_worker.infill import infill_request  # noqa: E402
 
 SHIPPED = "shipped=models/stencil-denoiser,models/stencil-ar-fim"
 

@@ -32,9 +32,9 @@ from bench.sampler_bench import (  # noqa: E402
     eval_cases,
 )
 from bench.threshold_study import run_sets, save_study, study_arguments  # noqa: E402
-from gpu_worker.backends import load_backend  # noqa: E402
-from gpu_worker.config import PRESETS, SamplerConfig  # noqa: E402
-from gpu_worker.corpus import Split  # noqa: E402
+from gpu_worker.engine.backends import load_backend  # noqa: E402
+from gpu_worker.engine.config import PRESETS, SamplerConfig  # noqa: E402
+from research.corpus import Split  # noqa: E402
 
 STUDIED = ("fast", "balanced")  # the threshold presets (careful's even rule ignores the field)
 SETS = ("single holes", "drafts", "value spans")

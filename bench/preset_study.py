@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.sampler_bench import drafting_cases, eval_cases  # noqa: E402
 from bench.threshold_study import run_sets, save_study, study_arguments  # noqa: E402
-from gpu_worker.backends import load_backend  # noqa: E402
-from gpu_worker.config import PRESETS, SamplerConfig  # noqa: E402
-from gpu_worker.corpus import Split  # noqa: E402
+from gpu_worker.engine.backends import load_backend  # noqa: E402
+from gpu_worker.engine.config import PRESETS, SamplerConfig  # noqa: E402
+from research.corpus import Split  # noqa: E402
 
 PRESET = "fast"
 # The fast preset as it was before this study chose its anchored variant (threshold 0.7,

@@ -2,7 +2,7 @@
 
 Not a test: it measures and writes ``bench/sampler/results.json``, ``REPORT.md`` and Pareto
 plots (when matplotlib is installed). Cases come from the model issue's evaluation set
-(``gpu_worker.evaluate.build_cases`` over the test split), so numbers compare across issues;
+(``research.evaluate.build_cases`` over the test split), so numbers compare across issues;
 ``--split val`` measures the validation split instead, to choose settings on.
 
     python bench/sampler_bench.py [--model models/stencil-denoiser] [--ar-model models/stencil-ar-fim]
@@ -32,13 +32,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpu_worker.backends import LoadedModel, load_backend  # noqa: E402
-from gpu_worker.canvas import parse_canvas  # noqa: E402
-from gpu_worker.config import DEFAULT_PRESET, PRESETS, SamplerConfig  # noqa: E402
-from gpu_worker.corpus import Split  # noqa: E402
-from gpu_worker.evaluate import exact as exact_hole  # noqa: E402
-from gpu_worker.infill import infill_request, model_vocab_size  # noqa: E402
-from gpu_worker.sampler import denoise_batch, model_int  # noqa: E402
+from gpu_worker.engine.backends import load_backend  # noqa: E402
+from gpu_worker.engine.canvas import parse_canvas  # noqa: E402
+from gpu_worker.engine.config import DEFAULT_PRESET, PRESETS, SamplerConfig  # noqa: E402
+from gpu_worker.engine.infill import infill_request, model_vocab_size  # noqa: E402
+from gpu_worker.engine.loaded import LoadedModel  # noqa: E402
+from gpu_worker.engine.sampler import denoise_batch, model_int  # noqa: E402
+from research.corpus import Split  # noqa: E402
+from research.evaluate import exact as exact_hole  # noqa: E402
 
 KINDS = ("entity_right", "sentence", "number_date", "choice", "json_value")
 TAUS = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
@@ -118,12 +119,12 @@ class Case:
 def eval_cases(
     loaded: LoadedModel, per_kind: int, kinds: tuple[str, ...] = KINDS, split: Split = "test"
 ) -> list[Case]:
-    from gpu_worker.evaluate import build_cases
+    from research.evaluate import build_cases
 
     cases = []
     for kind in kinds:
         for case in build_cases(kind, per_kind, loaded.tokenizer.encode, split=split):
-            target = case.holes[0]  # the scored hole, as in gpu_worker.evaluate
+            target = case.holes[0]  # the scored hole, as in research.evaluate
             cases.append(Case(case.request(), {target.name: target.target}))
     return cases
 
@@ -138,8 +139,8 @@ def drafting_cases(
     (The reports in bench/sampler ran before session 23, when a name first shown inside a
     sentence was holed everywhere and a sentence opening with a repeated name was left
     locked after it.)"""
-    from gpu_worker.corpus import document_at
-    from gpu_worker.evaluate import sample_case
+    from research.corpus import document_at
+    from research.evaluate import sample_case
 
     out: list[Case] = []
     for index in range(500):
@@ -156,7 +157,7 @@ def document_cases(
 ) -> list[Case]:
     """Whole documents with ``holes`` or more of their annotated spans cut out: every value
     span, every mention of an entity included, so nothing is left to copy."""
-    from gpu_worker.corpus import document_at
+    from research.corpus import document_at
 
     out: list[Case] = []
     index = 0
@@ -510,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
             name: functools.partial(infill_request, loaded, config=grid[name]) for name in names
         }
         if ar is not None:
-            from gpu_worker.ar import infill_request_ar
+            from gpu_worker.engine.ar import infill_request_ar
 
             routes[AR] = functools.partial(infill_request_ar, ar)
         return routes

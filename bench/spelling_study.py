@@ -1,11 +1,11 @@
 """Words a model spells from pieces, under each sampler preset.
 
-Whole documents holed as drafting requests that name nothing (``gpu_worker.evaluate.sample_case``
+Whole documents holed as drafting requests that name nothing (``research.evaluate.sample_case``
 with ``invent``: every sentence, choice and JSON value and every later mention of a repeated
 entity, also where nothing outside the holes shows the name), filled by the denoiser under each
 preset and by AR-FIM. A written word (a run of letters) that neither the train corpus nor the
 document's locked text spells is one the model put together from pieces ("Sngineer" for a
-job title): ``gpu_worker.evaluate.HoleCounts``. If a preset's decoding order made them, another
+job title): ``research.evaluate.HoleCounts``. If a preset's decoding order made them, another
 preset (the careful one writes one token per step) would not.
 
     python bench/spelling_study.py [--split val] [--per-kind 5] [--denoiser DIR]
@@ -24,17 +24,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.threshold_study import write_study  # noqa: E402
-from gpu_worker.ar import infill_request_ar  # noqa: E402
-from gpu_worker.backends import load_backend  # noqa: E402
-from gpu_worker.config import PRESETS, config_from_request  # noqa: E402
-from gpu_worker.corpus import KINDS, Split  # noqa: E402
-from gpu_worker.evaluate import (  # noqa: E402
+from gpu_worker.engine.ar import infill_request_ar  # noqa: E402
+from gpu_worker.engine.backends import load_backend  # noqa: E402
+from gpu_worker.engine.config import PRESETS, config_from_request  # noqa: E402
+from gpu_worker.engine.infill import infill_request  # noqa: E402
+from research.corpus import KINDS, Split  # noqa: E402
+from research.evaluate import (  # noqa: E402
     HoleCounts,
     first_of_kind,
     sample_case,
     train_lexicon,
 )
-from gpu_worker.infill import infill_request  # noqa: E402
 
 WATCHED = ("job_offer", "json_record")  # the kinds whose values are most often misspelled
 

@@ -40,10 +40,11 @@ from bench.sampler_bench import (  # noqa: E402
     run_routes,
     sampler_grid,
 )
-from gpu_worker.backends import LoadedModel, load_backend  # noqa: E402
-from gpu_worker.config import SamplerConfig  # noqa: E402
-from gpu_worker.corpus import Split  # noqa: E402
-from gpu_worker.infill import infill_request  # noqa: E402
+from gpu_worker.engine.backends import load_backend  # noqa: E402
+from gpu_worker.engine.config import SamplerConfig  # noqa: E402
+from gpu_worker.engine.infill import infill_request  # noqa: E402
+from gpu_worker.engine.loaded import LoadedModel  # noqa: E402
+from research.corpus import Split  # noqa: E402
 
 BASE = "even-1/step"
 

@@ -4,7 +4,7 @@ The models read text with spaced lines (``ModelConfig.spaced_lines``); until ses
 did so through a vocabulary learned from unspaced text (4,096 tokens), and now through
 "spaced, 8,192". A model that invents a value it has never seen next to
 it (a job title in an offer letter, a company in an NDA) must spell it token by token. This
-study learns candidate vocabularies from the train split (``gpu_worker.train.train_tokenizer``)
+study learns candidate vocabularies from the train split (``research.train.train_tokenizer``)
 and measures, on test documents encoded as a spaced-lines model reads them:
 
 - tokens per document, per word of each value category, and the share of its words that are
@@ -31,9 +31,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpu_worker.corpus import document_at  # noqa: E402
-from gpu_worker.tokenizer import StencilTokenizer  # noqa: E402
-from gpu_worker.train import TOKENIZER_DOCS, VOCAB_SIZE, TrainConfig, train_tokenizer  # noqa: E402
+from gpu_worker.engine.tokenizer import StencilTokenizer  # noqa: E402
+from research.corpus import document_at  # noqa: E402
+from research.train import TOKENIZER_DOCS, VOCAB_SIZE, TrainConfig, train_tokenizer  # noqa: E402
 
 # (label, vocabulary size, train documents the merges are learned from, spaced). The first is
 # the vocabulary the models read until session 22 (the same sha256 as the file they shipped with);

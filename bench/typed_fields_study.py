@@ -7,7 +7,7 @@ the position, the start date and the next meeting in a header, edition 3 the due
 edition 4 the salary and the reply-by date; before, they stood only inside sentences, so a
 template that holed the sentences asked the model to invent them). For the first N
 documents of each kind in a split, holed as a drafting request
-(``gpu_worker.evaluate.sample_case``: every sentence a hole, typed fields locked), each
+(``research.evaluate.sample_case``: every sentence a hole, typed fields locked), each
 model pair fills the holes, and counted are:
 
 * copied: of the holes whose original sentence names a typed field, the share whose fill
@@ -42,11 +42,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.email_study import pair_table, parse_pairs  # noqa: E402
 from bench.threshold_study import save_study  # noqa: E402
-from gpu_worker.ar import infill_request_ar  # noqa: E402
-from gpu_worker.backends import load_backend  # noqa: E402
-from gpu_worker.corpus import DATE_LONG_PATTERN, Document, Split  # noqa: E402
-from gpu_worker.evaluate import Case, first_of_kind, sample_case  # noqa: E402
-from gpu_worker.infill import infill_request  # noqa: E402
+from gpu_worker.engine.ar import infill_request_ar  # noqa: E402
+from gpu_worker.engine.backends import load_backend  # noqa: E402
+from gpu_worker.engine.infill import infill_request  # noqa: E402
+from research.corpus import DATE_LONG_PATTERN, Document, Split  # noqa: E402
+from research.evaluate import Case, first_of_kind, sample_case  # noqa: E402
 
 # kind -> (the typed fields a sentence may name, the span holding the document's own date)
 FIELDS: dict[str, tuple[tuple[str, ...], str]] = {

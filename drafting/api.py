@@ -21,6 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 from drafting import selectors, services
 from drafting.auth import AuthError, csrf_failure_reason, user_from_authorization
 from drafting.models import Draft, DraftRevision, Fragment, InfillJob, TemplateVersion
+from drafting.services import MAX_SEED
 from drafting.templating import TemplateError
 
 if TYPE_CHECKING:
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 
 MAX_BODY_BYTES = 1_000_000  # 1 MB: larger request bodies are refused before they are read
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
-MAX_SEED = 2**63 - 1  # InfillJob.seed is a signed 64-bit integer
 EXPORT_FORMATS = {"txt": "txt", "md": "md"}
 
 ApiView = Callable[..., HttpResponse]

@@ -38,6 +38,7 @@ DRAFT_TITLE_MAX = 200
 MAX_SEED = 2**63 - 1  # a seed is stored in a signed 64-bit column
 CHARS_PER_TOKEN_ESTIMATE = 3  # sizing a hole for text a person unlocked: ~3 chars per token
 MIN_UNLOCKED_HOLE_TOKENS = 4
+RUN_INFILL_TASK = "gpu_worker.tasks.run_infill"  # enqueued by name: the web app never imports the worker
 
 
 def rewrite_budget(text: str) -> int:
@@ -477,7 +478,7 @@ def infill_job_create(
     draft: Draft | None = None, targets: list[dict[str, Any]] | None = None,
 ) -> InfillJob:  # fmt: skip
     """Queue an infill job; its id is sent to the broker when the transaction commits."""
-    from gpu_worker.config import PRESETS, config_from_overrides
+    from gpu_worker.engine.config import PRESETS, config_from_overrides
 
     request = canvas_request_check(request)
     if preset not in PRESETS:
@@ -509,10 +510,10 @@ def infill_job_create(
 
 
 def job_dispatch(*, job_id: str) -> None:
-    """Send the job's id (never the job) to the denoise queue."""
-    from gpu_worker.tasks import run_infill
+    """Send the job's id (never the job) to the denoise queue, naming the worker's task."""
+    from celery import current_app as app
 
-    run_infill.apply_async((job_id,), queue=settings.QUEUE_DENOISE)
+    app.send_task(RUN_INFILL_TASK, (job_id,), queue=settings.QUEUE_DENOISE)
 
 
 def draft_infill_request(*, draft: Draft, user: Any, preset: str,

@@ -260,7 +260,7 @@ def constraint_check(constraint: dict[str, Any], *, where: str) -> None:
 
 def _sampler_pattern_check(pattern: str, where: str) -> None:
     """Reject regex features the sampler cannot enforce while decoding."""
-    from gpu_worker.constraints import check_pattern
+    from gpu_worker.engine.constraints import check_pattern
 
     try:
         check_pattern(pattern)
@@ -270,7 +270,7 @@ def _sampler_pattern_check(pattern: str, where: str) -> None:
 
 def _sampler_schema_check(schema: dict[str, Any], where: str) -> None:
     """Reject JSON Schema keywords the sampler cannot enforce while decoding."""
-    from gpu_worker.constraints import schema_skeleton
+    from gpu_worker.engine.constraints import schema_skeleton
 
     try:
         schema_skeleton(schema, hole="schema")

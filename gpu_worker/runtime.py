@@ -10,7 +10,8 @@ from pathlib import Path
 
 import torch
 
-from gpu_worker.backends import LoadedModel, load_backend
+from gpu_worker.engine.backends import load_backend
+from gpu_worker.engine.loaded import LoadedModel
 
 _lock = threading.Lock()
 _cache: dict[tuple[str, str], LoadedModel] = {}

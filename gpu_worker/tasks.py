@@ -1,26 +1,23 @@
-"""The Celery adapter: the only place gpu_worker meets Celery and Django. Tasks take ids."""
+"""The worker's Celery task: take a job id from the denoise queue and run the job pipeline.
+
+The web app enqueues by task name (``drafting.services.job_dispatch``), so nothing in the web
+app or the engine imports this module.
+"""
 
 from __future__ import annotations
 
 from celery import shared_task
 from celery.app.task import Task
 
+from gpu_worker.pipeline import JobBusy, job_run
 
-@shared_task(bind=True, name="gpu_worker.tasks.run_infill", acks_late=True,
+RUN_INFILL = "gpu_worker.tasks.run_infill"
+
+
+@shared_task(bind=True, name=RUN_INFILL, acks_late=True,
              reject_on_worker_lost=True, max_retries=None)  # fmt: skip
 def run_infill(self: Task, job_id: str) -> str:
-    from drafting.jobs import JobBusy, job_run
-
     try:
         return job_run(job_id=job_id, worker=str(self.request.hostname))
     except JobBusy as busy:
         raise self.retry(countdown=busy.retry_after) from busy
-
-
-@shared_task(name="gpu_worker.tasks.run_replay", acks_late=True)
-def run_replay(run_id: str) -> str:
-    from audit.models import RunRecord
-    from audit.services import run_replay as replay
-
-    report = replay(run=RunRecord.objects.get(pk=run_id))
-    return str(getattr(report, "summary", report))

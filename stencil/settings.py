@@ -137,12 +137,11 @@ CELERY_TASK_SOFT_TIME_LIMIT = envint("STENCIL_TASK_SOFT_TIME_LIMIT", "300")
 CELERY_TASK_TIME_LIMIT = envint("STENCIL_TASK_TIME_LIMIT", "360")
 # Queue names carry an optional prefix so several deployments (or test runs) share a broker.
 QUEUE_PREFIX = os.getenv("STENCIL_QUEUE_PREFIX", "")
-QUEUE_DENOISE, QUEUE_AR, QUEUE_AUDIT = (f"{QUEUE_PREFIX}{q}" for q in ("denoise", "ar", "audit"))
+QUEUE_DENOISE, QUEUE_AUDIT = (f"{QUEUE_PREFIX}{q}" for q in ("denoise", "audit"))
 CELERY_TASK_DEFAULT_QUEUE = QUEUE_DENOISE
 CELERY_TASK_ROUTES = {
     "gpu_worker.tasks.run_infill": {"queue": QUEUE_DENOISE},
-    "gpu_worker.tasks.run_ar_infill": {"queue": QUEUE_AR},
-    "gpu_worker.tasks.run_replay": {"queue": QUEUE_AUDIT},
+    "audit.tasks.run_replay": {"queue": QUEUE_AUDIT},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 

@@ -1,6 +1,6 @@
 """Audit fixtures: fixed keys and a per-test checkpoint file, outcomes, and a sampler runner.
 
-Runs are produced by ``gpu_worker.infill.infill_request`` when it exists, else by the same
+Runs are produced by ``gpu_worker.engine.infill.infill_request`` when it exists, else by the same
 pipeline assembled here (parse_canvas + sampler.denoise) with InfillOutcome's shape.
 """
 
@@ -155,10 +155,10 @@ def pipeline_infill_request(
     should_stop: Any = None,
     device: Any = None,
 ) -> Outcome:
-    """parse_canvas + denoise, shaped like gpu_worker.infill.infill_request."""
-    from gpu_worker.canvas import parse_canvas
-    from gpu_worker.config import SamplerConfig
-    from gpu_worker.sampler import denoise
+    """parse_canvas + denoise, shaped like gpu_worker.engine.infill.infill_request."""
+    from gpu_worker.engine.canvas import parse_canvas
+    from gpu_worker.engine.config import SamplerConfig
+    from gpu_worker.engine.sampler import denoise
 
     canvas = parse_canvas(
         request, loaded.tokenizer, max_len=loaded.network.max_len,
@@ -180,7 +180,7 @@ def pipeline_infill_request(
 
 def real_runner() -> Callable[..., Any]:
     try:
-        from gpu_worker.infill import infill_request
+        from gpu_worker.engine.infill import infill_request
     except ImportError:
         return pipeline_infill_request
     return infill_request

@@ -13,8 +13,8 @@ from django.core.management import CommandError, call_command
 
 from audit.models import AuditEvent, RunRecord
 from audit.services import run_record_create, run_replay
-from gpu_worker.backends import load_backend
-from gpu_worker.config import SamplerConfig
+from gpu_worker.engine.backends import load_backend
+from gpu_worker.engine.config import SamplerConfig
 from tests.audit.conftest import PLACEHOLDER_MODEL, REQUEST
 
 CONFIGS: list[dict[str, Any]] = [
@@ -140,7 +140,7 @@ def test_replay_of_a_missing_model_directory_is_a_clear_error(
 def test_a_batched_run_replays_identically_with_its_whole_batch(
     audit_settings: Any, db: Any, loaded: Any
 ) -> None:
-    from gpu_worker.infill import InfillOutcome, infill_batch
+    from gpu_worker.engine.infill import InfillOutcome, infill_batch
 
     config = SamplerConfig.from_json({"commit_rule": "threshold", "threshold": 0.5,
                                       "cache": "dual", "temperature": 0.8})  # fmt: skip

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from bench.typed_fields_study import FIELDS, dates_in, main, score
-from gpu_worker.corpus import long_date
-from gpu_worker.evaluate import Case, first_of_kind, sample_case
-from gpu_worker.tokenizer import StencilTokenizer
+from gpu_worker.engine.tokenizer import StencilTokenizer
+from research.corpus import long_date
+from research.evaluate import Case, first_of_kind, sample_case
 from tests.gpu_worker.conftest import shipped_tokenizer
 
 

@@ -1,6 +1,6 @@
 """Headless Chromium (Playwright, sync API) against pytest-django's live server.
 
-Jobs run in-process here: ``job_in_background`` calls ``drafting.jobs.job_run`` on a thread,
+Jobs run in-process here: ``job_in_background`` calls ``gpu_worker.pipeline.job_run`` on a thread,
 as a worker would, while the browser polls the progress endpoint.
 """
 
@@ -85,7 +85,7 @@ def job_in_background() -> Iterator[Callable[[str], threading.Thread]]:
     def start(job_id: str) -> threading.Thread:
         from django.db import connections
 
-        from drafting.jobs import job_run
+        from gpu_worker.pipeline import job_run
 
         def run() -> None:
             for alias, conn in shared.items():

@@ -43,7 +43,7 @@ def slow_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """Slow each denoising step a little so a person (and a screenshot) can watch it."""
     import time
 
-    from drafting import jobs
+    from gpu_worker import pipeline as jobs
 
     original = jobs._Progress.on_step
 

@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from drafting import services
-from drafting.jobs import JobBusy, derive_seed, escalate, job_claim
 from drafting.models import InfillJob
 from drafting.router import route_choose
+from gpu_worker.pipeline import JobBusy, derive_seed, escalate, job_claim
 
 REQUEST = {"segments": [{"text": "Dear "}, {"hole": "name", "max_tokens": 6}, {"text": ",\n"}]}
 
@@ -79,7 +79,7 @@ def test_retry_seeds_are_derived_deterministically_and_differ_from_the_first(
 
 
 def test_retries_escalate_to_exact_one_token_steps(settings: Any) -> None:
-    from gpu_worker.config import PRESETS
+    from gpu_worker.engine.config import PRESETS
 
     base = PRESETS["fast"].to_dict()
     retry = escalate(base, 1)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_worker.model import ModelConfig, StencilTransformer, save_model
-from gpu_worker.tokenizer import StencilTokenizer
+from gpu_worker.engine.model import ModelConfig, StencilTransformer, save_model
+from gpu_worker.engine.tokenizer import StencilTokenizer
 
 torch.set_num_threads(1)  # tiny models: threads only add contention on a shared CPU
 

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 import torch
 
-from gpu_worker.ar import fim_prompt, infill_request_ar
-from gpu_worker.backends import LoadedModel, load_backend
-from gpu_worker.canvas import parse_canvas
-from gpu_worker.model import StencilTransformer, save_model
-from gpu_worker.tokenizer import StencilTokenizer
+from gpu_worker.engine.ar import fim_prompt, infill_request_ar
+from gpu_worker.engine.backends import load_backend
+from gpu_worker.engine.canvas import parse_canvas
+from gpu_worker.engine.loaded import LoadedModel
+from gpu_worker.engine.model import StencilTransformer, save_model
+from gpu_worker.engine.tokenizer import StencilTokenizer
 from tests.gpu_worker.conftest import make_model
 
 

@@ -11,10 +11,10 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gpu_worker.canvas import parse_canvas
-from gpu_worker.constraints import ChoiceConstraint, PatternConstraint
-from gpu_worker.corpus import Document, Span, document_at, tokenize_with_holes
-from gpu_worker.tokenizer import StencilTokenizer
+from gpu_worker.engine.canvas import parse_canvas
+from gpu_worker.engine.constraints import ChoiceConstraint, PatternConstraint
+from gpu_worker.engine.tokenizer import StencilTokenizer
+from research.corpus import Document, Span, document_at, tokenize_with_holes
 from tests.gpu_worker.conftest import shipped_tokenizer
 
 MAX_LEN = 160

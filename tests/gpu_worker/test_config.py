@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_worker.config import ADDED_LATER, PRESETS, SamplerConfig, config_from_overrides
+from gpu_worker.engine.config import ADDED_LATER, PRESETS, SamplerConfig, config_from_overrides
 
 configs = st.builds(
     SamplerConfig,

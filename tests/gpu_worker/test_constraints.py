@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_worker.constraints import (
+from gpu_worker.engine.constraints import (
     CharAutomaton,
     PatternConstraint,
     SkeletonText,
@@ -22,7 +22,7 @@ from gpu_worker.constraints import (
     schema_skeleton,
     token_table,
 )
-from gpu_worker.tokenizer import StencilTokenizer
+from gpu_worker.engine.tokenizer import StencilTokenizer
 
 PATTERNS = [
     "[a-z]+\\d{2,3}",

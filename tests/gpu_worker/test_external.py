@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_worker.backends import load_backend
-from gpu_worker.external import (
+from gpu_worker.engine.backends import load_backend
+from gpu_worker.engine.external import (
     TRUST_REMOTE_CODE_ENV,
     ExternalDenoiser,
     RemoteCodeRefused,
     is_hf_directory,
     load_external,
 )
-from gpu_worker.infill import infill_request
-from gpu_worker.tokenizer import StencilTokenizer
+from gpu_worker.engine.infill import infill_request
+from gpu_worker.engine.tokenizer import StencilTokenizer
 
 transformers = pytest.importorskip("transformers")
 

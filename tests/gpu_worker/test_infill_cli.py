@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from gpu_worker.backends import LoadedModel, load_backend
-from gpu_worker.config import PRESETS, SamplerConfig
-from gpu_worker.infill import InfillOutcome, infill_batch, infill_request, main, trace_chain
+from gpu_worker.engine.backends import load_backend
+from gpu_worker.engine.config import PRESETS, SamplerConfig
+from gpu_worker.engine.infill import InfillOutcome, infill_batch, infill_request, trace_chain
+from gpu_worker.engine.loaded import LoadedModel
+from gpu_worker.infill import main
 
 REPO = Path(__file__).resolve().parents[2]
 REQUEST: dict[str, Any] = {

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_worker.model import (
+from gpu_worker.engine.model import (
     KVCache,
     ModelConfig,
     StencilTransformer,
@@ -19,7 +19,7 @@ from gpu_worker.model import (
     load_model,
     save_model,
 )
-from gpu_worker.tokenizer import StencilTokenizer
+from gpu_worker.engine.tokenizer import StencilTokenizer
 
 
 def _config(

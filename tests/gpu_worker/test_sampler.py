@@ -10,13 +10,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu_worker.canvas import Canvas, parse_canvas
-from gpu_worker.config import CacheMode, CommitRule, SamplerConfig
-from gpu_worker.constraints import token_table
-from gpu_worker.model import StencilTransformer, hole_room
-from gpu_worker.sampler import StepInfo, canvas_sha256, denoise, denoise_batch, plan_blocks
-from gpu_worker.tokenizer import StencilTokenizer
-from gpu_worker.validation import validate
+from gpu_worker.engine.canvas import Canvas, parse_canvas
+from gpu_worker.engine.config import CacheMode, CommitRule, SamplerConfig
+from gpu_worker.engine.constraints import token_table
+from gpu_worker.engine.model import StencilTransformer, hole_room
+from gpu_worker.engine.sampler import StepInfo, canvas_sha256, denoise, denoise_batch, plan_blocks
+from gpu_worker.engine.tokenizer import StencilTokenizer
+from gpu_worker.engine.validation import validate
 
 MAX_LEN = 160
 TEXTS = ["Dear ", ", thank you for ", " at ", ".\n", "Ref: ", "", " about"]

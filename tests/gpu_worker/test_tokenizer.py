@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_worker.corpus import email_name_words, iter_split
-from gpu_worker.tokenizer import (
+from gpu_worker.engine.tokenizer import (
     SPECIAL_TOKENS,
     StencilTokenizer,
     document_lead,
     spaced_text,
     unspaced_text,
 )
-from gpu_worker.train import extends, tokenizer_pieces, train_tokenizer
+from research.corpus import email_name_words, iter_split
+from research.train import extends, tokenizer_pieces, train_tokenizer
 from tests.gpu_worker.conftest import shipped_tokenizer
 
 

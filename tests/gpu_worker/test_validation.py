@@ -6,12 +6,12 @@ from typing import Any
 
 import torch
 
-from gpu_worker.canvas import Canvas, parse_canvas
-from gpu_worker.config import SamplerConfig
-from gpu_worker.model import StencilTransformer
-from gpu_worker.sampler import denoise
-from gpu_worker.tokenizer import StencilTokenizer
-from gpu_worker.validation import (
+from gpu_worker.engine.canvas import Canvas, parse_canvas
+from gpu_worker.engine.config import SamplerConfig
+from gpu_worker.engine.model import StencilTransformer
+from gpu_worker.engine.sampler import denoise
+from gpu_worker.engine.tokenizer import StencilTokenizer
+from gpu_worker.engine.validation import (
     CHOICE_MISMATCH,
     LOCKED_CHANGED,
     MASK_LEFT,

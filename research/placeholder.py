@@ -4,7 +4,7 @@ It exists so the whole path (web → job → worker → sampler → review) runs
 the trained denoiser, and so tests have a fast model. Its output is noise: the UI says
 "model: untrained placeholder" whenever it is the configured model.
 
-    python -m gpu_worker.placeholder --out models/stencil-placeholder
+    python -m research.placeholder --out models/stencil-placeholder
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from gpu_worker.model import ModelConfig, StencilTransformer, save_model
-from gpu_worker.tokenizer import StencilTokenizer
+from gpu_worker.engine.model import ModelConfig, StencilTransformer, save_model
+from gpu_worker.engine.tokenizer import StencilTokenizer
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "drafting" / "demo"
 VOCAB_SIZE = 1024
@@ -26,7 +26,7 @@ CORPUS_DOCS = 400
 def _texts() -> list[str]:
     texts = [p.read_text() for p in sorted(DEMO_DIR.glob("*.j2"))]
     try:
-        from gpu_worker.corpus import iter_split
+        from research.corpus import iter_split
 
         texts += [doc.text for doc in iter_split("train", CORPUS_DOCS)]
     except ImportError:  # Faker is a training dependency; demo texts alone still work
@@ -52,7 +52,7 @@ def build(out: Path, *, seed: int = 0) -> Path:
         "# stencil-placeholder\n\nAn UNTRAINED 2-layer transformer (random weights, seed "
         f"{seed}) with a {tokenizer.vocab_size}-token BPE tokenizer. It exists so the service "
         "runs end to end before the trained denoiser is present and so tests have a fast "
-        "model. Its text is noise. Built by `python -m gpu_worker.placeholder`.\n"
+        "model. Its text is noise. Built by `python -m research.placeholder`.\n"
     )
     (out / "build.json").write_text(json.dumps({"seed": seed, "vocab": VOCAB_SIZE}) + "\n")
     return out

@@ -2,7 +2,7 @@
 
 Eight kinds of document (referral letters, discharge summaries, incident reports, NDA
 clauses, invoices, job offers, meeting minutes, JSON records under a JSON Schema). Values come
-from Faker, prose from the hand-written phrase banks in :mod:`gpu_worker.phrases`. Every
+from Faker, prose from the hand-written phrase banks in :mod:`research.phrases`. Every
 document records its *spans*: the character ranges of entity mentions, numbers, dates,
 choices, JSON values and whole sentences, so training can corrupt hole-shaped spans and the
 evaluation can cut holes of a known kind. Entities repeat (a name in the salutation and the
@@ -12,7 +12,7 @@ some holes are decided by the text on their right.
 Splits: ``train`` and ``val`` draw disjoint seed ranges and only the shared phrase variants;
 ``test`` draws its own seed range and every variant, including the held-out ones.
 
-``python -m gpu_worker.corpus --stats`` prints the pattern counts and one document per kind.
+``python -m research.corpus --stats`` prints the pattern counts and one document per kind.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any, Literal
 
-from gpu_worker.phrases import BANKS, Bank, is_held_out
-from gpu_worker.tokenizer import (
+from gpu_worker.engine.tokenizer import (
     document_lead,
     encode_before_word,
     encode_document,
     opens_line_or_value,
 )
+from research.phrases import BANKS, Bank, is_held_out
 
 Split = Literal["train", "val", "test"]
 SpanKind = Literal["entity", "date", "number", "choice", "json_value", "sentence", "field"]
@@ -43,7 +43,7 @@ DATE_LONG_PATTERN = r"(January|February|March|April|May|June|July|August|Septemb
 DATE_ISO_PATTERN = r"(19|20)[0-9]{2}-[01][0-9]-[0-3][0-9]"
 MONEY_PATTERN = r"\$[0-9]{1,3}(,[0-9]{3})*\.[0-9]{2}"
 INTEGER_PATTERN = r"[0-9]{1,4}"
-SPACE_PREFIX = " "  # moves from locked text into the next hole (see gpu_worker.canvas)
+SPACE_PREFIX = " "  # moves from locked text into the next hole (see gpu_worker.engine.canvas)
 # The corpus's edition: what a (kind, seed, split) renders to. Edition 1 is the corpus that
 # every phase of the models shipped until 2026-12-06 read (and their vocabularies). Edition 2: a
 # job offer shows the position and the start date in a header, as an offer letter's subject

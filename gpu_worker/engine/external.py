@@ -3,7 +3,7 @@
 LLaDA, Dream and MDLM style models are bidirectional networks whose ``model(ids).logits``
 predicts every position, with a mask token id in ``config.json``. This module adapts such a
 directory (``config.json`` + weights + ``tokenizer.json``) to the model-backend protocol of
-:mod:`gpu_worker.backends`, so the sampler can drive it like the shipped denoiser (without the
+:mod:`gpu_worker.engine.backends`, so the sampler can drive it like the shipped denoiser (without the
 dual KV cache: use ``cache="none"``).
 
 Remote code is off by default. A checkpoint whose architecture ``transformers`` does not know
@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from gpu_worker.backends import LoadedModel, file_sha256
-from gpu_worker.tokenizer import SpecialIds, StencilTokenizer
+from gpu_worker.engine.loaded import LoadedModel, file_sha256
+from gpu_worker.engine.tokenizer import SpecialIds, StencilTokenizer
 
 TRUST_REMOTE_CODE_ENV = "STENCIL_TRUST_REMOTE_CODE"
 EXTERNAL_KIND = "external"

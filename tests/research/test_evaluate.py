@@ -12,9 +12,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu_worker.backends import load_backend
-from gpu_worker.corpus import KINDS, Document, Span, Split, document_at, iter_split
-from gpu_worker.evaluate import (
+from gpu_worker.engine.backends import load_backend
+from gpu_worker.engine.model import ModelConfig, StencilTransformer, save_model
+from gpu_worker.engine.tokenizer import StencilTokenizer
+from research.corpus import KINDS, Document, Span, Split, document_at, iter_split
+from research.evaluate import (
     COPIES,
     HOLE_KINDS,
     PHRASES,
@@ -40,9 +42,7 @@ from gpu_worker.evaluate import (
     write_report,
     write_samples,
 )
-from gpu_worker.model import ModelConfig, StencilTransformer, save_model
-from gpu_worker.phrases import BANKS
-from gpu_worker.tokenizer import StencilTokenizer
+from research.phrases import BANKS
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +233,7 @@ def test_samples_show_every_kind_beside_ar_fim_with_the_judged_table(
     text = write_samples(denoiser, tmp_path / "eval", sampler={"max_steps": 4}, ar_dir=ar,
                          judge_per_kind=1)  # fmt: skip
     assert (tmp_path / "eval" / "SAMPLES.md").read_text() == text
-    assert f"""Command: `python -m gpu_worker.evaluate --samples --sampler '{{"max_steps": 4}}' --out {tmp_path / "eval"}`.""" in text
+    assert f"""Command: `python -m research.evaluate --samples --sampler '{{"max_steps": 4}}' --out {tmp_path / "eval"}`.""" in text
     rows = [line for line in text.splitlines() if line.startswith("| ") and "|---" not in line]
     assert [row.split(" | ")[0].removeprefix("| ") for row in rows] == [
         "kind", *KINDS, "**mean**"
@@ -353,7 +353,7 @@ def test_the_validation_split_gives_other_documents_and_says_so(
     main(["--denoiser", str(denoiser), "--ar", str(ar), "--per-kind", "1", "--kinds", "choice",
           "--sampler", '{"max_steps": 4}', "--split", "val", "--out", str(tmp_path / "v")])  # fmt: skip
     report = (tmp_path / "v" / "REPORT.md").read_text()
-    assert "Validation split. Command: `python -m gpu_worker.evaluate --split val`." in report
+    assert "Validation split. Command: `python -m research.evaluate --split val`." in report
     assert json.loads((tmp_path / "v" / "results.json").read_text())["split"] == "val"
 
 
@@ -392,7 +392,7 @@ def test_threshold_study_pairs_each_config_with_even_on_the_same_cases(
 def test_the_bench_measures_the_fast_preset_and_the_preset_study_its_former_setting() -> None:
     from bench.preset_study import BASELINE, candidates, markdown
     from bench.sampler_bench import DOC_CONFIGS, FAST, sampler_grid
-    from gpu_worker.config import PRESETS
+    from gpu_worker.engine.config import PRESETS
 
     assert sampler_grid()[FAST + "+delayed/once"] == PRESETS["fast"]
     assert FAST + "+delayed/once" in DOC_CONFIGS
@@ -444,7 +444,7 @@ def test_the_bench_holes_drafts_so_entities_can_be_copied_and_values_so_they_can
 
 def test_the_pattern_runs_study_marks_the_presets_and_gives_each_its_wall_ratio() -> None:
     from bench.pattern_runs_study import SETS, candidates, markdown
-    from gpu_worker.config import PRESETS
+    from gpu_worker.engine.config import PRESETS
 
     chosen = candidates()
     assert {c.pattern_runs for c in chosen.values()} == {True, False}

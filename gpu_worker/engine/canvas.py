@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from gpu_worker.constraints import (
+from gpu_worker.engine.constraints import (
     ChoiceConstraint,
     PatternConstraint,
     SkeletonText,
@@ -40,7 +40,7 @@ from gpu_worker.constraints import (
     schema_skeleton,
     token_table,
 )
-from gpu_worker.tokenizer import StencilTokenizer, encode_before_word
+from gpu_worker.engine.tokenizer import StencilTokenizer, encode_before_word
 
 HoleConstraint = PatternConstraint | ChoiceConstraint
 FORCED_PREFIX = " "  # a locked text's trailing space moves into the next hole's first token

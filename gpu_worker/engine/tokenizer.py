@@ -193,7 +193,7 @@ class StencilTokenizer:
 # Byte-level BPE learns words with their leading space (" Joshua", one token) and splits the
 # same word without it ("Jos", "hua") when it starts a line or a JSON string: text the model
 # can hardly copy into a hole there. With virtual spaces a hole at such a place is written with
-# a leading space that is not in the document (its forced prefix, see gpu_worker.canvas):
+# a leading space that is not in the document (its forced prefix, see gpu_worker.engine.canvas):
 # the model writes " Joshua" and the document reads "Joshua".
 _OPENS = re.compile(r'(?:\n|:[ \t]*")\Z')
 

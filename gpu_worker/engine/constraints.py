@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from gpu_worker.tokenizer import StencilTokenizer
+from gpu_worker.engine.tokenizer import StencilTokenizer
 
 MAX_REPEAT = 256  # the largest {m,n} bound accepted (each bound copies the sub-automaton)
 MAX_TOKEN_STATES = 4096  # the most automaton states a pattern may reach through tokens

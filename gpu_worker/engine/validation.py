@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from gpu_worker.canvas import Canvas
-from gpu_worker.tokenizer import StencilTokenizer
+from gpu_worker.engine.canvas import Canvas
+from gpu_worker.engine.tokenizer import StencilTokenizer
 
 LOCKED_CHANGED = "locked_changed"
 LOCKED_TEXT_CHANGED = "locked_text_changed"

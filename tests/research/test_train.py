@@ -18,12 +18,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
 
-from gpu_worker.backends import load_backend
-from gpu_worker.corpus import CORPUS_EDITION, document_at, iter_split
-from gpu_worker.model import StencilTransformer, count_flops_per_token, load_model
-from gpu_worker.model import save_model as save_model_dir
-from gpu_worker.tokenizer import StencilTokenizer
-from gpu_worker.train import (
+from gpu_worker.engine.backends import load_backend
+from gpu_worker.engine.model import StencilTransformer, count_flops_per_token, load_model
+from gpu_worker.engine.model import save_model as save_model_dir
+from gpu_worker.engine.tokenizer import StencilTokenizer
+from research.corpus import CORPUS_EDITION, document_at, iter_split
+from research.train import (
     FLOPS_CALIBRATION_STEPS,
     TrainConfig,
     batch_stream,
@@ -486,7 +486,7 @@ def test_the_card_reproduces_each_phase_on_the_corpus_edition_it_read(
     assert second["config"]["corpus_edition"] == CORPUS_EDITION == 4
     assert second["init_from"]["training"]["config"]["corpus_edition"] == 1
     card = (out / "MODEL_CARD.md").read_text()
-    assert "Reproduce: `python -m gpu_worker.train --kind tokenizer --corpus-edition 1`" in card
+    assert "Reproduce: `python -m research.train --kind tokenizer --corpus-edition 1`" in card
     assert card.count("--corpus-edition 1") == 2  # the vocabulary and the first phase
     assert "Corpus: edition 1 in phase 1, edition 4 in phase 2 (" in card
     del second["init_from"]["training"]["config"]["corpus_edition"]  # recorded before editions
@@ -659,7 +659,7 @@ def test_a_transplant_moves_a_model_onto_a_new_vocabulary_and_a_continuation_tra
     card = (out / "MODEL_CARD.md").read_text()
     assert "--transplant" in card and "byte-level BPE learned from train documents, 700 tokens" in card
     sha = summary["vocabulary_transplant"]["tokenizer_sha256"]  # how to learn the vocabulary again
-    assert (f"`python -m gpu_worker.train --kind tokenizer --spaced-lines --vocab-size 700 --out "
+    assert (f"`python -m research.train --kind tokenizer --spaced-lines --vocab-size 700 --out "
             f"var/tokenizer/{sha[:12]}.json` (check that its sha256 is {sha})") in card  # fmt: skip
 
 
@@ -692,7 +692,7 @@ def test_a_model_moves_onto_a_vocabulary_with_the_email_names_and_learns_lower_c
     assert float(trained.copy.lower_gate.weight.detach().abs().sum()) > 0  # trained from zero
     card = (out / "MODEL_CARD.md").read_text()
     sha = record["tokenizer_sha256"]
-    assert (f"`python -m gpu_worker.train --kind tokenizer --extend var/tokenizer/tokenizer.json "
+    assert (f"`python -m research.train --kind tokenizer --extend var/tokenizer/tokenizer.json "
             f"--out var/tokenizer/{sha[:12]}.json` (check that its sha256 is {sha})") in card
     assert "--copy-twins --copy-lower --lr 0.0005 --no-bf16" in card
     assert "| lower-case twins | yes" in card

@@ -1,6 +1,6 @@
 """Evaluate the denoiser and the AR-FIM baseline side by side on the corpus's test split.
 
-``python -m gpu_worker.evaluate`` cuts holes of known kinds into test documents (held-out
+``python -m research.evaluate`` cuts holes of known kinds into test documents (held-out
 seeds, every phrase variant including the held-out ones) and fills them with both routes:
 
 - ``entity_right``: the first mention of a repeated entity; the copy is only on its right;
@@ -46,9 +46,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from gpu_worker.backends import LoadedModel, load_backend
-from gpu_worker.constraints import JSON_STRING_BODY, integer_schema_pattern
-from gpu_worker.corpus import (
+from gpu_worker.engine.backends import load_backend
+from gpu_worker.engine.constraints import JSON_STRING_BODY, integer_schema_pattern
+from gpu_worker.engine.loaded import LoadedModel
+from gpu_worker.engine.model import StencilTransformer, hole_room
+from gpu_worker.engine.tokenizer import opens_line_or_value
+from research.corpus import (
     SPACE_PREFIX,
     Document,
     Span,
@@ -58,8 +61,6 @@ from gpu_worker.corpus import (
     template_cut,
     tokenize_with_holes,
 )
-from gpu_worker.model import StencilTransformer, hole_room
-from gpu_worker.tokenizer import opens_line_or_value
 
 HOLE_KINDS = (
     "entity_right", "entity_left", "sentence", "number_date", "choice", "json_value",
@@ -372,8 +373,8 @@ def ar_nll(loaded: LoadedModel, case: Case) -> float:
     prefix = loaded.tokenizer.document_prefix(prefix) + prefix  # at the document's start
     seq = [cfg.fim_prefix_id, *enc(prefix), cfg.fim_suffix_id, *enc(suffix), cfg.fim_middle_id]
     if cfg.fim_hole_masks:  # the route's own prompt: this hole and the later ones as masks
-        from gpu_worker.ar import fim_prompt
-        from gpu_worker.canvas import parse_canvas
+        from gpu_worker.engine.ar import fim_prompt
+        from gpu_worker.engine.canvas import parse_canvas
 
         rest = Case(case.kind, case.doc, tuple(h for h in case.holes if h.span.start >= target.span.start))
         canvas = parse_canvas(rest.request(), loaded.tokenizer, max_len=net.max_len, vocab_size=cfg.vocab_size)
@@ -462,8 +463,8 @@ def evaluate(
     """Both models on the same cases; the results dictionary written to results.json."""
     from tqdm import tqdm
 
-    from gpu_worker.ar import infill_request_ar
-    from gpu_worker.infill import infill_request
+    from gpu_worker.engine.ar import infill_request_ar
+    from gpu_worker.engine.infill import infill_request
 
     denoiser, ar = load_backend(denoiser_dir), load_backend(ar_dir)
     overrides = sampler or {}
@@ -577,11 +578,11 @@ def write_report(results: dict[str, Any], out: Path) -> None:
     text = [
         "# Evaluation: Stencil denoiser vs AR-FIM baseline",
         "",
-        f"{SPLIT_NAMES[split]}. Command: `python -m gpu_worker.evaluate"
+        f"{SPLIT_NAMES[split]}. Command: `python -m research.evaluate"
         + ("`." if split == "test" else f" --split {split}`."),
         "Each case holds the target hole plus a second hole (a sentence elsewhere), except",
         "`entity_right_single`. D = denoiser through the diffusion sampler (`gpu_worker.infill`),",
-        "AR = AR-FIM route (`gpu_worker.ar`). nats/token: the denoiser's negative ELBO of the",
+        "AR = AR-FIM route (`gpu_worker.engine.ar`). nats/token: the denoiser's negative ELBO of the",
         "true fill within its budget, the AR model's NLL of the true middle and its EOS, both per",
         "content token + 1.",
         "",
@@ -629,7 +630,7 @@ def sample_case(
     doc: Document, encode: Callable[[str], list[int]], *, invent: bool = False
 ) -> Case:
     """A drafting request made of a whole document, holed as a template is
-    (:func:`gpu_worker.corpus.template_cut`, every hole taken): every sentence, choice and
+    (:func:`research.corpus.template_cut`, every hole taken): every sentence, choice and
     JSON value, and every later mention of an entity the document shows outside them. What a
     person types stays locked: numbers, dates, and each entity where it first stands outside a
     sentence (the parties in an NDA's signature block, which the clauses then copy). With
@@ -657,10 +658,10 @@ def write_samples(
     ``ar_dir``, the same holes filled by AR-FIM, and a table of how typical the documents
     read over ``judge_per_kind`` documents of each kind (see :func:`judged_nll`). Returns the
     Markdown."""
-    from gpu_worker.ar import infill_request_ar
-    from gpu_worker.config import config_from_request
-    from gpu_worker.corpus import KINDS
-    from gpu_worker.infill import infill_request
+    from gpu_worker.engine.ar import infill_request_ar
+    from gpu_worker.engine.config import config_from_request
+    from gpu_worker.engine.infill import infill_request
+    from research.corpus import KINDS
 
     denoiser = load_backend(denoiser_dir)
     ar = load_backend(ar_dir) if ar_dir is not None and (ar_dir / "config.json").is_file() else None
@@ -672,7 +673,7 @@ def write_samples(
              "them; what a person types (numbers, dates, a name where it stands alone, such as a",
              "signature) stays locked (`sample_case`). Text written by a model is between ⟦ and",
              "⟧. Under each: the original and AR-FIM's fill.",
-             "Command: `python -m gpu_worker.evaluate --samples"
+             "Command: `python -m research.evaluate --samples"
              + ("" if split == "test" else f" --split {split}")
              + (f" --sampler '{json.dumps(sampler)}'" if sampler else "")
              + ("" if out == Path("bench/eval") else f" --out {out}") + "`.", ""]  # fmt: skip
@@ -901,7 +902,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def update_model_cards(results: dict[str, Any], dirs: dict[str, Path]) -> None:
-    from gpu_worker.train import write_model_card, write_sha256sums
+    from research.train import write_model_card, write_sha256sums
 
     for model, directory in dirs.items():
         summary = json.loads((directory / "training.json").read_text())

@@ -37,15 +37,15 @@ from typing import Any
 
 import torch
 
-from gpu_worker.canvas import Canvas, Hole
-from gpu_worker.config import SamplerConfig
-from gpu_worker.constraints import (
+from gpu_worker.engine.canvas import Canvas, Hole
+from gpu_worker.engine.config import SamplerConfig
+from gpu_worker.engine.constraints import (
     CharAutomaton,
     ChoiceConstraint,
     PatternConstraint,
     token_table,
 )
-from gpu_worker.model import hole_room
+from gpu_worker.engine.model import hole_room
 
 MAX_REMASKS_PER_POSITION = 1  # bounds re-masking, so every block finishes
 

@@ -2,11 +2,11 @@
 
 One command per artifact, reproducible from ``--seed``::
 
-    python -m gpu_worker.train --kind tokenizer
-    python -m gpu_worker.train --kind denoiser --out models/stencil-denoiser --seed 0 --minutes 40
-    python -m gpu_worker.train --kind ar_fim --out models/stencil-ar-fim --seed 0 --minutes 35
+    python -m research.train --kind tokenizer
+    python -m research.train --kind denoiser --out models/stencil-denoiser --seed 0 --minutes 40
+    python -m research.train --kind ar_fim --out models/stencil-ar-fim --seed 0 --minutes 35
 
-Data: documents from :mod:`gpu_worker.corpus` (train split), generated on the fly; step ``s``
+Data: documents from :mod:`research.corpus` (train split), generated on the fly; step ``s``
 row ``i`` always reads document ``s * batch + i`` and draws its corruption from a generator
 seeded by ``(seed, s, i)``, so a run is a pure function of its seed and its step count and a
 resumed run continues exactly where it stopped.
@@ -41,8 +41,24 @@ from typing import Any
 
 import torch
 
-from gpu_worker.backends import file_sha256
-from gpu_worker.corpus import (
+from gpu_worker.engine.loaded import file_sha256
+from gpu_worker.engine.model import (
+    ModelConfig,
+    ModelKind,
+    StencilTransformer,
+    count_flops_per_token,
+    fit_fim_context,
+    hole_room,
+    load_weights,
+)
+from gpu_worker.engine.model import save_model as save_model_dir
+from gpu_worker.engine.tokenizer import (
+    StencilTokenizer,
+    document_lead,
+    encode_document,
+    spaced_text,
+)
+from research.corpus import (
     CORPUS_EDITION,
     CORPUS_EDITIONS,
     Document,
@@ -52,22 +68,6 @@ from gpu_worker.corpus import (
     email_name_words,
     template_cut,
     tokenize_with_holes,
-)
-from gpu_worker.model import (
-    ModelConfig,
-    ModelKind,
-    StencilTransformer,
-    count_flops_per_token,
-    fit_fim_context,
-    hole_room,
-    load_weights,
-)
-from gpu_worker.model import save_model as save_model_dir
-from gpu_worker.tokenizer import (
-    StencilTokenizer,
-    document_lead,
-    encode_document,
-    spaced_text,
 )
 
 DEFAULT_TOKENIZER = Path("var/tokenizer/tokenizer.json")
@@ -125,25 +125,25 @@ class TrainConfig:
     min_t: float = 1e-3  # t ~ U(min_t, 1): 1/t stays finite
     fim_rate: float = 0.9  # AR-FIM: share of rows in PSM order
     suffix_cut_prob: float = 0.5  # AR-FIM: share of FIM rows whose suffix is cut short
-    # AR-FIM: show holes as their budgets of mask tokens (gpu_worker.model.ModelConfig
+    # AR-FIM: show holes as their budgets of mask tokens (gpu_worker.engine.model.ModelConfig
     # .fim_hole_masks); FIM rows then hole several spans and the middle is any one of them.
     fim_hole_masks: bool = False
     d_model: int = 160
     n_layers: int = 8
     n_heads: int = 5
     ffn_hidden: int = 432
-    copy_dim: int = 64  # the copy head's width (0 = none); see gpu_worker.model.CopyHead
-    # The room embedding's size (0 = none); see gpu_worker.model.ModelConfig.room_buckets.
+    copy_dim: int = 64  # the copy head's width (0 = none); see gpu_worker.engine.model.CopyHead
+    # The room embedding's size (0 = none); see gpu_worker.engine.model.ModelConfig.room_buckets.
     # Hole rows give each hole position the positions left in its budget; uniform rows 0.
     room_buckets: int = 0
     # Whether the copy head may copy a token as its spaced or bare twin (a name from a heading
-    # into a sentence); see gpu_worker.model.ModelConfig.copy_twins. Needs copy_dim.
+    # into a sentence); see gpu_worker.engine.model.ModelConfig.copy_twins. Needs copy_dim.
     copy_twins: bool = False
     # Whether a twin may also be copied in lower case (a name into an e-mail address); see
-    # gpu_worker.model.ModelConfig.copy_lower. Needs copy_twins.
+    # gpu_worker.engine.model.ModelConfig.copy_lower. Needs copy_twins.
     copy_lower: bool = False
     data_offset: int = 0  # steps of documents to skip: a continuation reads documents anew
-    # Which edition of the corpus the run reads (gpu_worker.corpus.CORPUS_EDITION). Phases
+    # Which edition of the corpus the run reads (research.corpus.CORPUS_EDITION). Phases
     # recorded before editions existed read edition 1 (see recorded()).
     corpus_edition: int = CORPUS_EDITION
     eval_every: int = 250
@@ -216,7 +216,7 @@ def pick_holes(doc: Document, rng: random.Random, cfg: TrainConfig) -> list[Span
 
 
 def template_holes(doc: Document, rng: random.Random, invent_prob: float = 0.0) -> list[Span]:
-    """Holes as a drafting template cuts them (:func:`gpu_worker.corpus.template_cut`), each
+    """Holes as a drafting template cuts them (:func:`research.corpus.template_cut`), each
     taken with one probability drawn per row from 0.5 to 1; with ``invent_prob`` (per row) a
     later mention of an entity seen only inside holes so far is a hole too."""
     keep = rng.uniform(0.5, 1.0)
@@ -530,7 +530,7 @@ def model_config(cfg: TrainConfig, tok: StencilTokenizer) -> ModelConfig:
         room_buckets=cfg.room_buckets, copy_twins=cfg.copy_twins, copy_lower=cfg.copy_lower,
         virtual_spaces=cfg.virtual_spaces, spaced_lines=cfg.spaced_lines,
         fim_hole_masks=cfg.fim_hole_masks,
-        extra={"corpus": f"gpu_worker.corpus train split, edition {cfg.corpus_edition}",
+        extra={"corpus": f"research.corpus train split, edition {cfg.corpus_edition}",
                "seed": cfg.seed},
     )  # fmt: skip
 
@@ -830,10 +830,10 @@ def render_model_card(
         f"Stencil {'masked-diffusion denoiser (bidirectional)' if kind == 'denoiser' else 'AR-FIM baseline (causal, fill-in-the-middle)'}.",
         "",
         "## Data",
-        "Synthetic drafting documents from `gpu_worker.corpus` (train split: seeds from 0, shared",
+        "Synthetic drafting documents from `research.corpus` (train split: seeds from 0, shared",
         "phrase variants only): referral letters, discharge summaries, incident reports, NDA clauses,",
         "invoices, job offers, meeting minutes, JSON records. Values from Faker (MIT licence), prose",
-        "from hand-written phrase banks (`gpu_worker/phrases.py`). Generated on the fly; no document",
+        "from hand-written phrase banks (`research/phrases.py`). Generated on the fly; no document",
         f"is seen twice. {_editions_sentence(summary)} Tokenizer: {_tokenizer_sentence(out, summary)}",
         "",
         "## Size and compute",
@@ -843,7 +843,7 @@ def render_model_card(
         f"| layers / d_model / heads / SwiGLU width | {cfg['n_layers']} / {cfg['d_model']} / {cfg['n_heads']} / {cfg['ffn_hidden']} |",
         f"| objective | {objective} |",
         "| output | vocabulary softmax mixed with the copy head's pointer over the sequence's own "
-        "tokens (`gpu_worker.model.CopyHead`), returned as log-probabilities |"
+        "tokens (`gpu_worker.engine.model.CopyHead`), returned as log-probabilities |"
         if cfg.get("copy_dim")
         else "| output | vocabulary softmax (logits) |",
         *_compute_rows(summary),
@@ -855,7 +855,7 @@ def render_model_card(
     if summary.get("final_copy_probe") is not None:
         lines += ["", f"Copy probe at the end of training (first mention of a repeated entity "
                   f"masked, one forward, val split): {summary['final_copy_probe']:.2f} exact."]  # fmt: skip
-    lines += ["", "## Metrics (test split, `python -m gpu_worker.evaluate`)"]
+    lines += ["", "## Metrics (test split, `python -m research.evaluate`)"]
     if metrics:
         lines += ["| hole kind | exact match | token acc. | valid | locked kept | nats/token |",
                   "|---|---|---|---|---|---|"]  # fmt: skip
@@ -958,7 +958,7 @@ def _compute_rows(summary: dict[str, Any]) -> list[str]:
 
 
 def _editions_sentence(summary: dict[str, Any]) -> str:
-    """Which corpus edition (``gpu_worker.corpus.CORPUS_EDITION``) each phase read."""
+    """Which corpus edition (``research.corpus.CORPUS_EDITION``) each phase read."""
     editions = [recorded(p["config"], "corpus_edition") for p in training_phases(summary)]
     if len(set(editions)) == 1:
         return f"Corpus edition {editions[0]}."
@@ -967,7 +967,7 @@ def _editions_sentence(summary: dict[str, Any]) -> str:
         last = first + len(list(run)) - 1
         parts.append(f"edition {edition} in " + (f"phase {first}" if first == last else f"phases {first}-{last}"))
         first = last + 1
-    return f"Corpus: {', '.join(parts)} (`gpu_worker.corpus.CORPUS_EDITION`)."
+    return f"Corpus: {', '.join(parts)} (`research.corpus.CORPUS_EDITION`)."
 
 
 def _last_transplant(summary: dict[str, Any]) -> dict[str, Any] | None:
@@ -989,7 +989,7 @@ def _tokenizer_sentence(out: Path, summary: dict[str, Any]) -> str:
         text += f" (`tokenizer.json`, sha256 {file_sha256(saved)[:12]}…)"
     if moved is not None:
         text += (f"; the weights moved onto it from a {moved['source_vocab_size']:,}-token "
-                 "vocabulary (`python -m gpu_worker.train --transplant`) and trained on")  # fmt: skip
+                 "vocabulary (`python -m research.train --transplant`) and trained on")  # fmt: skip
     return text + "."
 
 
@@ -1001,10 +1001,10 @@ def _edition_flag(cfg: dict[str, Any]) -> str:
 
 def _tokenizer_command(moved: dict[str, Any], cfg: dict[str, Any], path: str, source: str) -> str:
     if moved.get("extends_source"):  # the source's vocabulary with the e-mail name words
-        return f"python -m gpu_worker.train --kind tokenizer --extend {source} --out {path}"
+        return f"python -m research.train --kind tokenizer --extend {source} --out {path}"
     size = f" --vocab-size {moved['vocab_size']}" if moved["vocab_size"] != VOCAB_SIZE else ""
     spaced = " --spaced-lines" if cfg.get("spaced_lines") else ""
-    return (f"python -m gpu_worker.train --kind tokenizer{spaced}{size}{_edition_flag(cfg)} "
+    return (f"python -m research.train --kind tokenizer{spaced}{size}{_edition_flag(cfg)} "
             f"--out {path}")  # fmt: skip
 
 
@@ -1015,7 +1015,7 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
     vocabulary: str | None = None
     for n, phase in enumerate(training_phases(summary)):
         cfg = phase["config"]
-        command = (f"python -m gpu_worker.train --kind {phase['kind']} --out models/{out.name} "
+        command = (f"python -m research.train --kind {phase['kind']} --out models/{out.name} "
                    f"--seed {cfg['seed']} --copy-dim {cfg.get('copy_dim', 0)}")  # fmt: skip
         if cfg.get("room_buckets"):
             command += f" --room-buckets {cfg['room_buckets']}"
@@ -1059,12 +1059,12 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
             command = _tokenizer_command(moved, cfg, vocabulary, source)
             runs.append(f"`{command}` "
                         f"(check that its sha256 is {moved['tokenizer_sha256']}) then "
-                        f"`python -m gpu_worker.train --transplant models/{out.name} "
+                        f"`python -m research.train --transplant models/{out.name} "
                         f"--tokenizer {vocabulary} --out models/{out.name}`")  # fmt: skip
     note = (" (a later run of the same phase resumes from that phase's checkpoint under "
             "var/train/; each --init-from phase starts from the weights before it)") if len(runs) > 1 else ""  # fmt: skip
     first = _edition_flag(training_phases(summary)[0]["config"])  # the first vocabulary's corpus
-    return (f"Reproduce: `python -m gpu_worker.train --kind tokenizer{first}`, then "
+    return (f"Reproduce: `python -m research.train --kind tokenizer{first}`, then "
             f"{' then '.join(runs)}{note}.")  # fmt: skip
 
 
@@ -1124,7 +1124,7 @@ def transplant_vocabulary(source: Path, tokenizer: Path, out: Path) -> dict[str,
     the new vocabulary's. A continuation (``--init-from out`` with ``--tokenizer``) then trains
     the model on its new tokens. Tokenization rules (virtual spaces, spaced lines) stay the
     source's."""
-    from gpu_worker.model import load_model
+    from gpu_worker.engine.model import load_model
 
     if not (source / "training.json").is_file():
         raise ValueError(f"{source} has no training.json: a transplant continues a Stencil "
@@ -1179,7 +1179,7 @@ def extends(after: StencilTokenizer, before: StencilTokenizer) -> bool:
 
 def extend_tokenizer(source: Path, out: Path) -> tuple[StencilTokenizer, int]:
     """``source``'s vocabulary with every e-mail name word of the corpus one token
-    (:func:`gpu_worker.corpus.email_name_words`), saved to ``out``; and how many it added."""
+    (:func:`research.corpus.email_name_words`), saved to ``out``; and how many it added."""
     tok, added = StencilTokenizer.from_file(source).with_words(email_name_words())
     out.parent.mkdir(parents=True, exist_ok=True)
     tok.save(out)
@@ -1257,7 +1257,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="denoiser: share of hole rows cut like a template")
     parser.add_argument("--corpus-edition", type=int, choices=CORPUS_EDITIONS, default=CORPUS_EDITION,
                         help="the corpus edition the model or tokenizer learns from (see "
-                             "gpu_worker.corpus.CORPUS_EDITION; the default is the current one)")
+                             "research.corpus.CORPUS_EDITION; the default is the current one)")
     parser.add_argument("--no-bf16", action="store_true", help="train in float32")
     parser.add_argument("--segment-boundaries", action="store_true",
                         help="hole rows tokenize locked text before a hole on its own "

@@ -84,7 +84,7 @@ class ModelConfig:
     # masks (``<pre> prefix <suf> <mask>*n suffix <mid> middle``). Without them a hole's
     # size is not in the prompt, and the first of a run of holes (sentences in a row) has an
     # empty suffix, so the model writes whatever span most often follows the prefix (a
-    # buyer's name where an invoice's payment sentence belongs). See gpu_worker.ar.fim_prompt.
+    # buyer's name where an invoice's payment sentence belongs). See gpu_worker.engine.ar.fim_prompt.
     fim_hole_masks: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # free-form provenance (corpus, seed)
 
@@ -513,11 +513,11 @@ class CopyHead(nn.Module):
             self.lower_gate.bias.fill_(-4.0)
 
     def set_twins(self, spaced: list[int], bare: list[int]) -> None:
-        """The twin table, from :func:`gpu_worker.tokenizer.space_twins`."""
+        """The twin table, from :func:`gpu_worker.engine.tokenizer.space_twins`."""
         self._set_table(self.twins, spaced, bare)
 
     def set_lower_twins(self, spaced: list[int], bare: list[int]) -> None:
-        """The lower-case twin table, from :func:`gpu_worker.tokenizer.case_twins`."""
+        """The lower-case twin table, from :func:`gpu_worker.engine.tokenizer.case_twins`."""
         self._set_table(self.lower_twins, spaced, bare)
 
     @staticmethod
@@ -635,8 +635,8 @@ def hole_room(length: int, budgets: Iterable[tuple[int, int]]) -> torch.Tensor:
 
 def fit_fim_context(prefix: list[int], suffix: list[int], room: int) -> tuple[list[int], list[int]]:
     """A FIM prompt's prefix and suffix cut to ``room`` tokens together: the prefix's far end
-    first, then the suffix's. The AR route (``gpu_worker.ar.fim_prompt``) and training's
-    hole-mask rows (``gpu_worker.train.fim_example``) cut alike, so a long row reads as the
+    first, then the suffix's. The AR route (``gpu_worker.engine.ar.fim_prompt``) and training's
+    hole-mask rows (``research.train.fim_example``) cut alike, so a long row reads as the
     route's prompt would."""
     excess = len(prefix) + len(suffix) - room
     if excess <= 0:

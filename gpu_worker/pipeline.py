@@ -310,8 +310,8 @@ class _Batched:
 
 def _first_attempt_batched(claims: list[Claim]) -> dict[Any, _Batched]:
     """One denoising batch for the first attempt of several jobs with one config."""
-    from gpu_worker.config import SamplerConfig
-    from gpu_worker.infill import infill_batch
+    from gpu_worker.engine.config import SamplerConfig
+    from gpu_worker.engine.infill import infill_batch
     from gpu_worker.runtime import choose_device, model_get
 
     device = choose_device(settings.STENCIL_DEVICE)
@@ -481,17 +481,17 @@ def _model_available(route: str) -> bool:
 
 def _attempt(job: InfillJob, loaded: Any, route: str, config: dict[str, Any], seed: int,
              hooks: _Progress, device: Any) -> Any:  # fmt: skip
-    from gpu_worker.config import SamplerConfig
+    from gpu_worker.engine.config import SamplerConfig
 
     request = {**job.request, "seed": seed}
     sampler_config = SamplerConfig.from_json(config)
     try:
         if route == "ar":
-            from gpu_worker.ar import infill_request_ar
+            from gpu_worker.engine.ar import infill_request_ar
 
             return infill_request_ar(loaded, request, config=sampler_config,
                                      on_step=hooks.on_step, should_stop=hooks.should_stop)
-        from gpu_worker.infill import infill_request
+        from gpu_worker.engine.infill import infill_request
 
         return infill_request(loaded, request, config=sampler_config, on_step=hooks.on_step,
                               should_stop=hooks.should_stop, device=device,

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gpu_worker.corpus import (
+from gpu_worker.engine.tokenizer import StencilTokenizer, opens_line_or_value
+from research.corpus import (
     CORPUS_EDITION,
     CORPUS_EDITIONS,
     JSON_SCHEMAS,
@@ -26,8 +27,7 @@ from gpu_worker.corpus import (
     template_cut,
     tokenize_with_holes,
 )
-from gpu_worker.phrases import BANKS
-from gpu_worker.tokenizer import StencilTokenizer, opens_line_or_value
+from research.phrases import BANKS
 from tests.gpu_worker.conftest import shipped_tokenizer
 
 seeds = st.integers(min_value=0, max_value=10**6)
@@ -95,7 +95,7 @@ def test_invoice_total_equals_sum_of_lines_plus_tax(seed: int) -> None:
     assert total == pytest.approx(subtotal + tax)
 
 
-# What each edition changed (gpu_worker.corpus.CORPUS_EDITION), from the one before it.
+# What each edition changed (research.corpus.CORPUS_EDITION), from the one before it.
 EDITION_CHANGES = {2: ("job_offer", "meeting_minutes", "nda_clause"), 3: ("invoice",), 4: ("job_offer",)}
 
 

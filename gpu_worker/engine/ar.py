@@ -13,11 +13,11 @@ middle is decoded one token at a time with the KV cache
 EOS / pad or the hole's ``max_tokens``. Constraints as in the sampler: a ``choices`` hole
 scores every whole candidate (and its EOS) under the model and takes the best (or samples from
 the scores' softmax); a ``pattern`` hole only takes tokens that keep the pattern completable
-within the positions left (:class:`gpu_worker.constraints.PatternConstraint`).
+within the positions left (:class:`gpu_worker.engine.constraints.PatternConstraint`).
 
 Greedy at temperature 0; otherwise sampled from the request's ``torch.Generator`` (seeded by
 the canvas's seed), never from the global RNG. The outcome is the sampler's
-:class:`gpu_worker.infill.InfillOutcome`, with ``route="ar"``.
+:class:`gpu_worker.engine.infill.InfillOutcome`, with ``route="ar"``.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from typing import Any
 
 import torch
 
-from gpu_worker.backends import LoadedModel
-from gpu_worker.canvas import Canvas, Hole, parse_canvas
-from gpu_worker.config import SamplerConfig, config_from_request
-from gpu_worker.constraints import CharAutomaton, ChoiceConstraint, PatternConstraint
-from gpu_worker.infill import InfillOutcome, trace_chain
-from gpu_worker.model import KVCache, StencilTransformer, fit_fim_context
-from gpu_worker.validation import validate
+from gpu_worker.engine.canvas import Canvas, Hole, parse_canvas
+from gpu_worker.engine.config import SamplerConfig, config_from_request
+from gpu_worker.engine.constraints import CharAutomaton, ChoiceConstraint, PatternConstraint
+from gpu_worker.engine.infill import InfillOutcome, trace_chain
+from gpu_worker.engine.loaded import LoadedModel
+from gpu_worker.engine.model import KVCache, StencilTransformer, fit_fim_context
+from gpu_worker.engine.validation import validate
 
 ROUTE = "ar"  # InfillOutcome.route of this route
 MODEL_KIND = "ar_fim"  # the LoadedModel kind it needs
