@@ -94,6 +94,9 @@ class CommitRules:
         return dataclasses.replace(self, **_coerce(changes, _defaults(CommitRules), "rules."))
 
 
+RULE_NAMES = tuple(f.name for f in dataclasses.fields(CommitRules))
+
+
 @dataclass(frozen=True)
 class SamplerConfig:
     """How one request is denoised. Every field is part of the audit record."""
@@ -228,9 +231,6 @@ def _defaults(cls: type) -> dict[str, Any]:
     for f in dataclasses.fields(cls):
         out[f.name] = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
     return out
-
-
-RULE_NAMES = tuple(f.name for f in dataclasses.fields(CommitRules))
 
 
 def _split_overrides(changes: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F

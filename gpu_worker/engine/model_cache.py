@@ -22,7 +22,7 @@ Shapes: B batch, A rows in one call, L sequence length, W window, K output posit
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
@@ -33,10 +33,23 @@ class WindowedNetwork(Protocol):
     """What these classes call: the Stencil transformer's ``forward_window`` and forward."""
 
     def forward_window(
-        self, ids: torch.Tensor, **kwargs: Any
+        self,
+        ids: torch.Tensor,
+        *,
+        start: int = 0,
+        cache: KVCache | None = None,
+        attention_mask: torch.Tensor | None = None,
+        write_cache: bool = False,
+        positions: torch.Tensor | None = None,
+        from_cache: torch.Tensor | None = None,
+        outputs: torch.Tensor | None = None,
+        room: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, KVCache | None]: ...
 
-    def __call__(self, ids: torch.Tensor, **kwargs: Any) -> torch.Tensor: ...
+    def __call__(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+        room: torch.Tensor | None = None,
+    ) -> torch.Tensor: ...  # fmt: skip
 
 
 def for_mode(network: WindowedNetwork, mode: str) -> ExactForward | DualCache:
@@ -85,10 +98,13 @@ def stack_windows(
     return positions, filler
 
 
-def _room(room: torch.Tensor | None, rows: torch.Tensor, length: int | None = None) -> dict[str, Any]:
+def _room(
+    room: torch.Tensor | None, rows: torch.Tensor, length: int | None = None
+) -> torch.Tensor | None:
+    """The room [A, L] (or [A, length]) of the batch rows in ``rows``; None without one."""
     if room is None:
-        return {}
-    return {"room": room[rows] if length is None else room[rows, :length]}
+        return None
+    return room[rows] if length is None else room[rows, :length]
 
 
 class ExactForward:
@@ -108,11 +124,11 @@ class ExactForward:
         index = torch.tensor(list(rows), device=ids.device)
         cut, mask = ids[index, :length], attention[index, :length]
         if reads is None:
-            logits: torch.Tensor = self.network(cut, attention_mask=mask, **_room(room, index, length))
+            logits: torch.Tensor = self.network(cut, attention_mask=mask, room=_room(room, index, length))
             return logits
         outputs = output_index(reads, None, ids.device)
         logits, _ = self.network.forward_window(
-            cut, attention_mask=mask, outputs=outputs, **_room(room, index, length)
+            cut, attention_mask=mask, outputs=outputs, room=_room(room, index, length)
         )
         return logits
 
@@ -149,7 +165,7 @@ class DualCache:
         outputs = None if reads is None else output_index(reads, None, device)
         logits, fresh = self.network.forward_window(
             ids[index], attention_mask=attention[index], write_cache=True, outputs=outputs,
-            **_room(room, index),
+            room=_room(room, index),
         )  # fmt: skip
         assert fresh is not None
         self.kv = fresh if self.kv is None else self.kv.put_rows(index, fresh)
@@ -183,7 +199,7 @@ class DualCache:
             from_cache=filler if bool(filler.any()) else None,
             write_cache=write,
             outputs=outputs,
-            **({} if room is None else {"room": room[index].gather(1, positions)}),
+            room=None if room is None else room[index].gather(1, positions),
         )
         if write:
             assert fresh is not None

@@ -81,7 +81,8 @@ class KVCache:
         """This cache with the batch rows in ``index`` replaced by ``fresh``'s (in place)."""
         for old, new in zip(self.keys + self.values, fresh.keys + fresh.values, strict=True):
             old[index] = new
-        if self.copy_keys is not None and fresh.copy_keys is not None and self.ids is not None:
+        if self.copy_keys is not None and self.ids is not None:
+            assert fresh.copy_keys is not None and fresh.ids is not None, "a copy head's cache"
             self.copy_keys[index] = fresh.copy_keys
             self.ids[index] = fresh.ids
         return self

@@ -133,10 +133,6 @@ def _check_inputs(
             )
         if canvas.length > max_len:
             raise ValueError(f"canvas length {canvas.length} exceeds max_len={max_len}")
-    if config.cache != "none" and not hasattr(network, "forward_cache"):
-        raise ValueError(
-            f"cache={config.cache!r} needs a model that provides forward_cache(); use cache='none'"
-        )
 
 
 def model_int(model: torch.nn.Module, name: str) -> int:

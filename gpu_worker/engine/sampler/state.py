@@ -114,7 +114,7 @@ class StepLogits:
     """The logits one step reads: ``values[where[p]]`` are canvas position p's."""
 
     values: torch.Tensor  # [K, V] float32
-    where: torch.Tensor  # [L'] long, L' >= L: each position's row of values (-1: not computed)
+    where: torch.Tensor  # [L] long: each position's row of values (-1: not computed)
 
 
 @dataclass

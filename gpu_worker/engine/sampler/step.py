@@ -79,7 +79,7 @@ class RuleSet:
         return [rule.name for rule in parts if rule is not None]
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)
 def rules_for(config: SamplerConfig) -> RuleSet:
     """The rules ``config`` switches on."""
     r = config.rules
