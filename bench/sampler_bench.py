@@ -131,10 +131,7 @@ def drafting_cases(
     """Whole test documents holed as a drafting template is (``evaluate.sample_case``: every
     sentence, choice and JSON value and every later mention of an entity shown outside them;
     numbers, dates and a name where it stands alone locked), those with ``holes`` or more
-    holes. Unlike document_cases, their entities can be copied, as in the drafts people make.
-    (The reports in bench/sampler ran before session 23, when a name first shown inside a
-    sentence was holed everywhere and a sentence opening with a repeated name was left
-    locked after it.)"""
+    holes. Unlike document_cases, their entities can be copied, as in the drafts people make."""
     from research.corpus import document_at
     from research.evaluate import sample_case
 

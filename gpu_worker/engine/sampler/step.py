@@ -45,7 +45,14 @@ from gpu_worker.engine.sampler.rules import (
     ReleaseEnds,
     Threshold,
 )
-from gpu_worker.engine.sampler.state import Draft, RowState, StepLogits, next_block, strip_tails
+from gpu_worker.engine.sampler.state import (
+    Decision,
+    Draft,
+    RowState,
+    StepLogits,
+    next_block,
+    strip_tails,
+)
 from gpu_worker.engine.sampler.writers import (
     Choices,
     LowConfidenceRemask,
@@ -201,18 +208,7 @@ def _commit(
     decision = rules.propose(draft, eligible, scores, generator)  # 3.
     if decision is None:
         return committed, padded, probs
-    base = rules.base  # 4.
-    if isinstance(base, EvenQuota):
-        masked = int((draft.ids[block] == draft.plan.mask_id).sum())
-        chosen = base.choose(decision, base.quota(masked, state.block_steps))
-    else:
-        assert isinstance(base, Threshold)
-        chosen = base.passing(decision)
-        for rule in rules.filters if chosen else ():
-            chosen = rule(draft, decision, chosen)
-        chosen = chosen or [base.surest(decision)]
-    if decision.held and rules.release is not None:
-        chosen = rules.release(draft, decision, chosen)
+    chosen = _pick(draft, state, decision, rules)  # 4.
     picks = [(decision.positions[i], decision.tokens[i], decision.prob[i]) for i in sorted(chosen)]
     ban, before = rules.ban, list(committed)
     skip = (None if ban is None else
@@ -230,6 +226,22 @@ def _commit(
                 padded.extend(run[1])
                 probs.extend(run[2])
     return committed, padded, probs
+
+
+def _pick(draft: Draft, state: RowState, decision: Decision, rules: RuleSet) -> list[int]:
+    """Step 4: indices into ``decision`` of the positions to commit (never none)."""
+    base = rules.base
+    if isinstance(base, EvenQuota):
+        masked = int((draft.ids[state.active_block()] == draft.plan.mask_id).sum())
+        return base.choose(decision, base.quota(masked, state.block_steps))
+    assert isinstance(base, Threshold)
+    chosen = base.passing(decision)
+    for rule in rules.filters if chosen else ():  # the surest alone is never filtered
+        chosen = rule(draft, decision, chosen)
+    chosen = chosen or [base.surest(decision)]
+    if decision.held and rules.release is not None:
+        chosen = rules.release(draft, decision, chosen)
+    return chosen
 
 
 __all__ = ["RuleSet", "StepOutput", "advance", "rules_for", "step"]
