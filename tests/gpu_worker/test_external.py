@@ -90,10 +90,10 @@ def test_custom_code_checkpoint_is_refused_by_default(
 ) -> None:
     monkeypatch.delenv(TRUST_REMOTE_CODE_ENV, raising=False)
     directory = _tiny_bert_dir(
-        tmp_path / "llada-like", tokenizer, model_type="llada",
-        auto_map={"AutoModel": "modeling_llada.LLaDAModelLM"},
+        tmp_path / "mdlm-like", tokenizer, model_type="mdlm",
+        auto_map={"AutoModelForMaskedLM": "modeling_mdlm.MDLM"},
     )  # fmt: skip
-    (directory / "modeling_llada.py").write_text("raise SystemExit('remote code ran')\n")
+    (directory / "modeling_mdlm.py").write_text("raise SystemExit('remote code ran')\n")
     with pytest.raises(RemoteCodeRefused, match=TRUST_REMOTE_CODE_ENV):
         load_backend(directory)
 
