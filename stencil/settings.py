@@ -189,6 +189,8 @@ AUDIT_SIGNING_KEY = os.getenv("AUDIT_SIGNING_KEY", "")  # base64 Ed25519 private
 AUDIT_CHECKPOINT_FILE = Path(
     os.getenv("AUDIT_CHECKPOINT_FILE", str(VAR_DIR / "audit" / "checkpoints.jsonl"))
 )
+# A copy of the newest signed checkpoint, kept where the database host cannot write (audit/witness.py).
+AUDIT_CHECKPOINT_WITNESS = os.getenv("AUDIT_CHECKPOINT_WITNESS", "")
 AUDIT_DIAGNOSTIC_RETENTION_DAYS = envint("AUDIT_DIAGNOSTIC_RETENTION_DAYS", "30")
 
 LOGGING = {
