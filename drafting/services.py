@@ -8,6 +8,7 @@ anything is written, so nothing already saved is lost.
 from __future__ import annotations
 
 import difflib
+import logging
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from drafting import metrics
 from drafting.models import (
     DocumentTemplate,
     Draft,
@@ -33,6 +35,8 @@ from drafting.templating import (
     field_errors,
     parse_template,
 )
+
+logger = logging.getLogger(__name__)
 
 DRAFT_TITLE_MAX = 200
 MAX_SEED = 2**63 - 1  # a seed is stored in a signed 64-bit column
@@ -520,11 +524,24 @@ def infill_job_create(
     return job
 
 
-def job_dispatch(*, job_id: str) -> None:
-    """Send the job's id (never the job) to the denoise queue, naming the worker's task."""
-    from celery import current_app as app
+def job_dispatch(*, job_id: str) -> bool:
+    """Send the job's id (never the job) to the denoise queue, naming the worker's task.
 
-    app.send_task(RUN_INFILL_TASK, (job_id,), queue=settings.QUEUE_DENOISE)
+    The job row is the outbox: ``dispatched`` is stamped only once the broker took the id.
+    When the broker is down the row stays queued and undispatched, and the worker's sweeper
+    (gpu_worker/sweeper.py) sends it when the broker is back; the request still succeeds.
+    """
+    from celery import current_app as app
+    from kombu.exceptions import OperationalError as BrokerError
+
+    try:
+        app.send_task(RUN_INFILL_TASK, (job_id,), queue=settings.QUEUE_DENOISE)
+    except (BrokerError, OSError) as exc:
+        logger.warning("broker unavailable, job %s waits for the sweeper: %s", job_id, exc)
+        metrics.DISPATCH_FAILURES.inc()
+        return False
+    InfillJob.objects.filter(pk=job_id).update(dispatched=timezone.now())
+    return True
 
 
 def draft_infill_request(*, draft: Draft, user: Any, preset: str,
