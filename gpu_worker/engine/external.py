@@ -249,7 +249,8 @@ def load_external(
     special = special_ids(directory, config)
     tokenizer = ExternalTokenizer(directory / "tokenizer.json", special)
     model = _load_hf_model(directory, config, allow, dtype)
-    check_tokenizer(directory, tokenizer, int(model.get_input_embeddings().num_embeddings))
+    embedding: Any = model.get_input_embeddings()  # type: ignore[operator]  # a PreTrainedModel
+    check_tokenizer(directory, tokenizer, int(embedding.num_embeddings))
     max_len = next((int(config[k]) for k in MAX_LEN_KEYS if isinstance(config.get(k), int)), DEFAULT_MAX_LEN)
     network = ExternalDenoiser(model, mask_id=special.mask, pad_id=special.pad, eos_id=special.eos, max_len=max_len)
     return LoadedModel(

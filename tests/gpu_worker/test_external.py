@@ -146,9 +146,9 @@ def test_a_wordpiece_hole_after_a_locked_space_is_written(tmp_path: Path) -> Non
     not, as in byte-level BPE, a token spelled with a leading space (WordPiece has none)."""
     loaded = load_external(_wordpiece_bert_dir(tmp_path / "wordpiece-bert"))
     tokenizer = loaded.tokenizer
-    word, piece = tokenizer.tok.token_to_id("seeing"), next(
-        i for t, i in tokenizer.tok.get_vocab().items() if t.startswith("##")
-    )
+    word = tokenizer.tok.token_to_id("seeing")
+    piece = next(i for t, i in tokenizer.tok.get_vocab().items() if t.startswith("##"))
+    assert word is not None
     assert tokenizer.token_text(word) == " seeing"
     assert not tokenizer.token_text(piece).startswith(" ")
     request = {

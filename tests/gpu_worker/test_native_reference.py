@@ -181,6 +181,7 @@ def test_dream_window_reads_a_neighbour_committed_after_the_cache_was_written() 
         block = torch.tensor([[10, 11, 12]])
         stepped, _ = network.forward_window(changed.gather(1, block), cache=cache, positions=block)
         fresh, stale = network(changed), network(ids)
+    assert cache.ids is not None
     assert int(cache.ids[0, 9]) == int(changed[0, 9])
     # The neighbour's own keys were rewritten by the step that wrote it; the rest are stale, so
     # the logits are close to a fresh forward's, not equal; reading position 9's old token
