@@ -96,7 +96,7 @@ def _even_order(loaded: LoadedModel, prompt: str, gen_length: int, steps: int, b
     network = _network(loaded)
     canvas = parse_canvas(
         {"segments": [{"text": prompt}, {"hole": "answer", "max_tokens": gen_length}]},
-        loaded.tokenizer, max_len=network.max_len, vocab_size=network.config.vocab_rows,
+        loaded.tokenizer, max_len=network.max_len, vocab_size=network.config.vocab_size,
     )  # fmt: skip
     assert canvas.ids[: len(prompt_ids)].tolist() == prompt_ids  # the same canvas as theirs
     config = SamplerConfig(

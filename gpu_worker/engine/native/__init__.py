@@ -93,7 +93,7 @@ def load_native(
         raise CheckpointError(f"{directory} lacks tokenizer.json: copy the checkpoint's own tokenizer.json there")
     special = special_ids(directory, config)
     tokenizer = ExternalTokenizer(tokenizer_path, special)
-    check_tokenizer(directory, tokenizer, cfg.vocab_rows)
+    check_tokenizer(directory, tokenizer, cfg.vocab_size)
     network = materialise(
         lambda: NativeTransformer(cfg, mask_id=special.mask, pad_id=special.pad, eos_id=special.eos),
         device=device, dtype=dtype, n_params=cfg.num_parameters(),

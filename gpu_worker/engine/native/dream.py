@@ -49,7 +49,7 @@ def read_config(config: dict[str, Any], path: Path) -> NativeConfig:
     theta = config.get("rope_theta", rope.get("rope_theta", DEFAULT_ROPE_THETA))
     return NativeConfig(
         family="dream",
-        vocab_rows=int(config["vocab_size"]),
+        vocab_size=int(config["vocab_size"]),
         d_model=int(config["hidden_size"]),
         n_layers=int(config["num_hidden_layers"]),
         n_heads=heads,

@@ -72,7 +72,7 @@ def read_config(config: dict[str, Any], path: Path) -> NativeConfig:
     rows = get("embedding_size") or config["vocab_size"]
     return NativeConfig(
         family="llada",
-        vocab_rows=int(rows),
+        vocab_size=int(rows),
         d_model=d_model,
         n_layers=int(config["n_layers"]),
         n_heads=n_heads,

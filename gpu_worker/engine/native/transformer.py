@@ -34,7 +34,7 @@ class NativeConfig:
     """The architecture of a native checkpoint, read from its config.json."""
 
     family: str  # "llada" | "dream"
-    vocab_rows: int  # embedding rows (may exceed the tokenizer's size)
+    vocab_size: int  # embedding rows (may exceed the tokenizer's size)
     d_model: int
     n_layers: int
     n_heads: int
@@ -58,8 +58,8 @@ class NativeConfig:
         d, f, hd = self.d_model, self.ffn_hidden, self.head_dim
         attention = d * (self.n_heads + 2 * self.n_kv_heads) * hd + self.n_heads * hd * d
         per_layer = attention + 3 * d * f + 2 * d
-        head = 0 if self.tie_embeddings else self.vocab_rows * d
-        return self.n_layers * per_layer + self.vocab_rows * d + d + head
+        head = 0 if self.tie_embeddings else self.vocab_size * d
+        return self.n_layers * per_layer + self.vocab_size * d + d + head
 
 
 class RMSNorm(nn.Module):
@@ -172,10 +172,10 @@ class NativeTransformer(nn.Module):
         self.config = cfg
         self.mask_id, self.pad_id, self.eos_id = mask_id, pad_id, eos_id
         self.max_len = cfg.max_len
-        self.embed = nn.Embedding(cfg.vocab_rows, cfg.d_model)
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_rows, bias=False)
+        self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
     def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [B, L, V] for ids [B, L]; attention_mask [B, L], True = real token."""
