@@ -57,7 +57,8 @@ class NativeConfig:
     def num_parameters(self) -> int:
         d, f, hd = self.d_model, self.ffn_hidden, self.head_dim
         attention = d * (self.n_heads + 2 * self.n_kv_heads) * hd + self.n_heads * hd * d
-        per_layer = attention + 3 * d * f + 2 * d
+        bias = (self.n_heads + 2 * self.n_kv_heads) * hd if self.qkv_bias else 0
+        per_layer = attention + bias + 3 * d * f + 2 * d
         head = 0 if self.tie_embeddings else self.vocab_size * d
         return self.n_layers * per_layer + self.vocab_size * d + d + head
 
