@@ -69,11 +69,9 @@ class ExternalTokenizer(StencilTokenizer):
         added = self.tok.get_added_tokens_decoder()  # id -> AddedToken
         self._special_set = {i for i in (special.pad, special.eos, special.mask) if i != NO_ID}
         self._special_set |= {int(i) for i, token in added.items() if token.special}
-        self._probe = self._probe_word()
-
-    def _probe_word(self) -> list[int]:
-        """The ids of a one-letter word, which :meth:`token_text` writes tokens after."""
-        return list(self.tok.encode(PROBE_WORD, add_special_tokens=False).ids)
+        # A one-letter word, which token_text writes each token after, and its own text.
+        self._probe = list(self.tok.encode(PROBE_WORD, add_special_tokens=False).ids)
+        self._probe_text = str(self.tok.decode(self._probe, skip_special_tokens=False))
 
     def token_text(self, token_id: int) -> str:
         """The text a token adds after a word, as the tokenizer decodes it: a token's own text
@@ -83,9 +81,9 @@ class ExternalTokenizer(StencilTokenizer):
         position may take (see gpu_worker.engine.canvas's forced prefix)."""
         if token_id in self._special_set or not self._probe:
             return ""
-        before = str(self.tok.decode(self._probe, skip_special_tokens=False))
         both = str(self.tok.decode([*self._probe, token_id], skip_special_tokens=False))
-        return both[len(before):] if both.startswith(before) else both
+        before = self._probe_text
+        return both[len(before) :] if both.startswith(before) else both
 
 
 class ExternalDenoiser(nn.Module):
