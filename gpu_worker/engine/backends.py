@@ -48,15 +48,11 @@ def load_backend(
 ) -> LoadedModel:
     """Load a model directory (see the module docstring). ``trust_remote_code=None`` reads the
     operator setting (``STENCIL_TRUST_REMOTE_CODE``), ``dtype=None`` reads
-    ``STENCIL_MODEL_DTYPE``. Raises :class:`~gpu_worker.engine.native.CheckpointError` (a
+    ``STENCIL_MODEL_DTYPE``. Raises :class:`~gpu_worker.engine.checkpoint.CheckpointError` (a
     ValueError, one line) for a directory that cannot be run as it is."""
-    from gpu_worker.engine.external import is_hf_directory, load_external
-    from gpu_worker.engine.native import (
-        family_of,
-        load_native,
-        read_hf_config,
-        refuse_block_diffusion,
-    )
+    from gpu_worker.engine.checkpoint import is_hf_directory, read_hf_config
+    from gpu_worker.engine.external import load_external
+    from gpu_worker.engine.native import family_of, load_native, refuse_block_diffusion
 
     directory = Path(directory)
     device = torch.device(device)

@@ -14,8 +14,8 @@ from tokenizers import Tokenizer
 
 from gpu_worker import infill as cli
 from gpu_worker.engine.backends import load_backend, model_dtype
+from gpu_worker.engine.checkpoint import CheckpointError
 from gpu_worker.engine.external import RemoteCodeRefused
-from gpu_worker.engine.native import CheckpointError
 from gpu_worker.engine.native.weights import check_fits
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "native"

@@ -9,7 +9,6 @@ from its safetensors, weight names mapped from the checkpoint's (see :mod:`.llad
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,17 +16,19 @@ from typing import Any
 
 import torch
 
+from gpu_worker.engine.checkpoint import (
+    CheckpointError,
+    CheckpointTokenizer,
+    check_tokenizer,
+    precision_name,
+    special_ids,
+    weight_files,
+    weights_sha256,
+)
 from gpu_worker.engine.loaded import LoadedModel, file_sha256
 from gpu_worker.engine.native import dream, llada
-from gpu_worker.engine.native.identity import weights_sha256
 from gpu_worker.engine.native.transformer import NativeConfig, NativeTransformer
-from gpu_worker.engine.native.weights import (
-    CheckpointError,
-    Target,
-    load_into,
-    materialise,
-    weight_files,
-)
+from gpu_worker.engine.native.weights import Target, load_into, materialise
 
 NATIVE_KIND = "external"  # a checkpoint from outside Stencil (the kind the routes know)
 
@@ -84,15 +85,13 @@ def load_native(
     dtype: torch.dtype,
 ) -> LoadedModel:
     """Load a native family's checkpoint (see the module docstring)."""
-    from gpu_worker.engine.external import ExternalTokenizer, check_tokenizer, special_ids
-
     cfg = family.read_config(config, directory / "config.json")
     files = weight_files(directory)
     tokenizer_path = directory / "tokenizer.json"
     if not tokenizer_path.is_file():
         raise CheckpointError(f"{directory} lacks tokenizer.json: copy the checkpoint's own tokenizer.json there")
     special = special_ids(directory, config)
-    tokenizer = ExternalTokenizer(tokenizer_path, special)
+    tokenizer = CheckpointTokenizer(tokenizer_path, special)
     check_tokenizer(directory, tokenizer, cfg.vocab_size)
     network = materialise(
         lambda: NativeTransformer(cfg, mask_id=special.mask, pad_id=special.pad, eos_id=special.eos),
@@ -113,21 +112,6 @@ def load_native(
     )
 
 
-def read_hf_config(directory: Path) -> dict[str, Any]:
-    path = directory / "config.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not readable JSON ({exc}); download it again") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: not a JSON object; download it again")
-    return data
-
-
-def precision_name(dtype: torch.dtype) -> str:
-    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
-
-
 __all__ = [
     "BLOCK_DIFFUSION",
     "FAMILIES",
@@ -135,7 +119,5 @@ __all__ = [
     "Family",
     "family_of",
     "load_native",
-    "precision_name",
-    "read_hf_config",
     "refuse_block_diffusion",
 ]

@@ -10,7 +10,6 @@ every tensor of the checkpoint must have a place, or the load stops with a one-l
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,14 +17,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
-PICKLE_FILE = "pytorch_model.bin"
+from gpu_worker.engine.checkpoint import CheckpointError
+
 GIB = 1 << 30
-
-
-class CheckpointError(ValueError):
-    """A model directory that cannot be run as it is: the message names the file and the fix."""
 
 
 @dataclass(frozen=True)
@@ -35,40 +29,6 @@ class Target:
 
     param: str
     rows: slice | None = None
-
-
-def weight_files(directory: Path) -> list[Path]:
-    """The safetensors files of a checkpoint: ``model.safetensors``, or every shard its index
-    lists (in the index's order). A shard the index lists but the directory lacks is an error."""
-    index = directory / INDEX_FILE
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CheckpointError(
-                f"{index}: not a safetensors index ({exc}); download the checkpoint's "
-                f"{INDEX_FILE} again"
-            ) from None
-        shards = list(dict.fromkeys(str(name) for name in weight_map.values()))
-        missing = [name for name in shards if not (directory / name).is_file()]
-        if missing:
-            raise CheckpointError(
-                f"{index} lists {missing[0]}, which is not in {directory}"
-                f"{f' ({len(missing)} shards missing)' if len(missing) > 1 else ''}: download "
-                "every shard the index names"
-            )
-        return [directory / name for name in shards]
-    if (directory / SINGLE_FILE).is_file():
-        return [directory / SINGLE_FILE]
-    if (directory / PICKLE_FILE).is_file():
-        raise CheckpointError(
-            f"{directory / PICKLE_FILE}: Stencil reads weights from safetensors only (a pickle "
-            "can run code); download the checkpoint's model*.safetensors files instead"
-        )
-    raise CheckpointError(
-        f"{directory} has no weights: put the checkpoint's {SINGLE_FILE} (or {INDEX_FILE} and "
-        "its shards) there"
-    )
 
 
 def check_fits(needed: int, free: int, total: int, *, where: str) -> None:
@@ -148,13 +108,4 @@ def _copy(tensor: torch.Tensor, param: torch.Tensor, target: Target, key: str, p
         destination.copy_(tensor)
 
 
-__all__ = [
-    "INDEX_FILE",
-    "SINGLE_FILE",
-    "CheckpointError",
-    "Target",
-    "check_fits",
-    "load_into",
-    "materialise",
-    "weight_files",
-]
+__all__ = ["Target", "check_fits", "load_into", "materialise"]
