@@ -34,6 +34,7 @@ from drafting.models import InfillJob
 from drafting.router import RouteDecision, route_choose
 from drafting.services import draft_apply_job_result
 from gpu_worker.claims import Claim, claim_batch_mates, job_claim, job_finish, lease
+from gpu_worker.engine.outcome import AR, DIFFUSION
 
 if TYPE_CHECKING:  # the engine (and torch) load with the first job, not with the web app
     import torch
@@ -192,7 +193,7 @@ def job_run(*, job_id: str, worker: str) -> str:
 def _route_and_batch(claims: list[Claim]) -> tuple[dict[Any, RouteDecision], dict[Any, _Batched]]:
     """Route every claimed job; run the diffusion ones' first attempt as one batch."""
     decisions = {c.job.pk: _route(c.job) for c in claims}
-    batched = [c for c in claims if decisions[c.job.pk].route == "diffusion"]
+    batched = [c for c in claims if decisions[c.job.pk].route == DIFFUSION]
     first = _first_attempt_batched(batched) if len(batched) > 1 else {}
     return decisions, first
 
@@ -263,7 +264,7 @@ def _first_attempt_batched(claims: list[Claim]) -> dict[Any, _Batched]:
     from gpu_worker.runtime import choose_device, model_get
 
     device = choose_device(settings.STENCIL_DEVICE)
-    loaded = model_get(_model_dir("diffusion"), device=device)
+    loaded = model_get(_model_dir(DIFFUSION), device=device)
     config = claims[0].job.config
     progress = [_Progress(c.job, c.delivery, 0, int(config["max_steps"]), with_texts=True)
                 for c in claims]  # fmt: skip
@@ -271,7 +272,7 @@ def _first_attempt_batched(claims: list[Claim]) -> dict[Any, _Batched]:
     hooks = [p.hooks(should_stop=functools.partial(cancelled.requested, c.job.pk))
              for p, c in zip(progress, claims, strict=True)]  # fmt: skip
     results = run_batch(
-        "diffusion", loaded, [{**c.job.request, "seed": derive_seed(c.job.seed, 0)} for c in claims],
+        DIFFUSION, loaded, [{**c.job.request, "seed": derive_seed(c.job.seed, 0)} for c in claims],
         SamplerConfig.from_json(config), hooks,
     )  # fmt: skip
     batch = [str(c.job.pk) for c in claims]
@@ -300,7 +301,7 @@ def _run_claimed(job: InfillJob, delivery: int, decision: RouteDecision,
             outcome, batch, snapshots = first.outcome, first.batch, first.snapshots
         else:
             progress = _Progress(job, delivery, attempt, int(config["max_steps"]),
-                                 with_texts=route == "diffusion")  # fmt: skip
+                                 with_texts=route == DIFFUSION)  # fmt: skip
             ran = _attempt(job, loaded, route, config, seed, progress)
             if isinstance(ran, str):  # the canvas itself is bad: no retry can help
                 return _fail_bad_canvas(job, delivery, ran)
@@ -403,18 +404,18 @@ def _fail_bad_canvas(job: InfillJob, delivery: int, error: str) -> str:
 def _attempt_plan(job: InfillJob, decision: RouteDecision) -> list[tuple[str, dict[str, Any]]]:
     """The attempts in order: the routed model with retries, then the other route's fallback."""
     plans: list[tuple[str, dict[str, Any]]] = []
-    retries = settings.STENCIL_MAX_ATTEMPTS if decision.route == "diffusion" else 1
+    retries = settings.STENCIL_MAX_ATTEMPTS if decision.route == DIFFUSION else 1
     for i in range(retries):
         plans.append((decision.route, escalate(job.config, i)))
-    if decision.route == "diffusion" and _model_available("ar"):
-        plans.append(("ar", dict(job.config)))
-    elif decision.route == "ar":
-        plans.append(("diffusion", escalate(job.config, 1)))
+    if decision.route == DIFFUSION and _model_available(AR):
+        plans.append((AR, dict(job.config)))
+    elif decision.route == AR:
+        plans.append((DIFFUSION, escalate(job.config, 1)))
     return plans
 
 
 def _model_dir(route: str) -> Path:
-    return Path(settings.STENCIL_MODEL_DIR if route == "diffusion" else settings.STENCIL_AR_MODEL_DIR)
+    return Path(settings.STENCIL_MODEL_DIR if route == DIFFUSION else settings.STENCIL_AR_MODEL_DIR)
 
 
 def _model_available(route: str) -> bool:

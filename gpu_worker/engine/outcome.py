@@ -1,4 +1,5 @@
-"""What a route takes besides the request (:class:`Hooks`) and what it gives back (:class:`Outcome`).
+"""The routes' shared interface: their names, a request's seed bound, the callbacks a route
+takes besides the request (:class:`Hooks`) and what it gives back (:class:`Outcome`).
 
 Both routes (diffusion: :mod:`gpu_worker.engine.infill`, AR-FIM: :mod:`gpu_worker.engine.ar`)
 return this one dataclass, and every reader takes it as is: the worker's pipeline, the CLI,
@@ -17,6 +18,7 @@ from gpu_worker.engine.trace import trace_chain
 DIFFUSION = "diffusion"  # the denoiser fills every hole in parallel
 AR = "ar"  # the AR-FIM model fills the holes left to right
 ROUTES = (DIFFUSION, AR)
+MAX_SEED = 2**63 - 1  # a request's largest seed: a job row stores it in a signed 64-bit column
 
 
 @dataclass(frozen=True)
@@ -68,4 +70,4 @@ class Outcome:
         return {**dataclasses.asdict(self), "trace_sha256": self.trace_sha256}
 
 
-__all__ = ["AR", "DIFFUSION", "ROUTES", "Hooks", "Outcome"]
+__all__ = ["AR", "DIFFUSION", "MAX_SEED", "ROUTES", "Hooks", "Outcome"]

@@ -115,7 +115,11 @@ def test_run_batch_returns_bad_requests_as_errors_in_place(loaded: LoadedModel) 
     bad = {"segments": [{"hole": "x"}]}
     other = {**REQUEST, "seed": 3}
     rows: list[int] = []
-    hooks = [Hooks(on_step=lambda _entry, row=row: rows.append(row)) for row in range(3)]
+
+    def seen_by(row: int) -> Hooks:
+        return Hooks(on_step=lambda _entry: rows.append(row))
+
+    hooks = [seen_by(row) for row in range(3)]
     outcomes = run_batch("diffusion", loaded, [REQUEST, bad, other], config, hooks)
     assert isinstance(outcomes[1], ValueError) and "max_tokens" in str(outcomes[1])
     assert set(rows) == {0, 2}
