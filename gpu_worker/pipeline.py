@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -46,7 +46,6 @@ if TYPE_CHECKING:  # the engine (and torch) load with the first job, not with th
 log = logging.getLogger(__name__)
 PROGRESS_MIN_INTERVAL_S = 0.2  # at most five progress writes a second per job
 CANCEL_POLL_TTL_S = 0.005  # a batch's cancel flags are read once per step (see _CancelPoll)
-T = TypeVar("T")
 
 
 class _Progress:
@@ -182,10 +181,12 @@ def job_run(*, job_id: str, worker: str) -> str:
     if claim is None:
         return "skipped"
     claims = [claim, *claim_batch_mates(claim, worker)]
-    started = _guarded_all(claims, lambda: _route_and_batch(claims))
-    if started is None:
+    try:
+        decisions, first = _route_and_batch(claims)
+    except Exception as exc:  # as in _run_guarded, for every job the batch claimed
+        for c in claims:
+            _observe_end(c.job, _crashed(c, exc))
         return InfillJob.State.FAILED
-    decisions, first = started
     states = [_run_guarded(c, decisions[c.job.pk], first.get(c.job.pk)) for c in claims]
     return states[0]
 
@@ -216,16 +217,6 @@ def _run_guarded(claim: Claim, decision: RouteDecision, first: _Batched | None) 
     _observe_end(job, state)
     metrics.JOB_SECONDS.labels(route=job.route).inc(time.monotonic() - started)
     return state
-
-
-def _guarded_all(claims: list[Claim], work: Callable[[], T]) -> T | None:
-    """``work()`` for several claimed jobs at once; if it crashes, every one of them fails."""
-    try:
-        return work()
-    except Exception as exc:
-        for claim in claims:
-            _observe_end(claim.job, _crashed(claim, exc))
-        return None
 
 
 def _crashed(claim: Claim, exc: Exception) -> str:
@@ -310,7 +301,7 @@ def _run_claimed(job: InfillJob, delivery: int, decision: RouteDecision,
         run_id = _record_attempt(job, context, outcome, snapshots)
         if outcome.cancelled:
             job_finish(job, delivery, state=InfillJob.State.CANCELLED,
-                    reasons=[f"cancelled at step {outcome.steps}"])  # fmt: skip
+                       reasons=[f"cancelled at step {outcome.steps}"])  # fmt: skip
             metrics.CANCELLATIONS.inc()
             return InfillJob.State.CANCELLED
         InfillJob.objects.filter(pk=job.pk, delivery_count=delivery).update(
@@ -396,7 +387,7 @@ def _injected_violations(route: str) -> list[dict[str, str]]:
 
 def _fail_bad_canvas(job: InfillJob, delivery: int, error: str) -> str:
     job_finish(job, delivery, state=InfillJob.State.FAILED,
-            reasons=[f"the request cannot be run: {error}"])  # fmt: skip
+               reasons=[f"the request cannot be run: {error}"])  # fmt: skip
     metrics.JOB_FAILURES.labels(reason="bad_canvas").inc()
     return InfillJob.State.FAILED
 
