@@ -1008,15 +1008,27 @@ def _tokenizer_command(moved: dict[str, Any], cfg: dict[str, Any], path: str, so
             f"--out {path}")  # fmt: skip
 
 
-def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
-    """How to rebuild the weights: one command per training phase (a resumed run re-plans
-    its cosine schedule for the new step count, so the phases must be repeated as they ran)."""
-    runs = []
+ARCHITECTURE_FLAGS = (("d_model", "--d-model"), ("n_layers", "--layers"), ("n_heads", "--heads"),
+                      ("ffn_hidden", "--ffn"))  # fmt: skip
+
+
+def reproduce_commands(out: Path, summary: dict[str, Any]) -> list[str]:
+    """The shell commands that rebuild ``out``'s weights into ``models/<out.name>``, in order,
+    from the repository root (``scripts/reproduce-model`` runs them): the first vocabulary,
+    one command per training run (a resumed run re-plans its cosine schedule for the new step
+    count, so the runs repeat as they ran, each ``--init-from`` run on its own checkpoint), and
+    where the weights moved onto another vocabulary, that vocabulary (checked against its
+    recorded sha256) and the move."""
+    first = _edition_flag(training_phases(summary)[0]["config"])  # the first vocabulary's corpus
+    commands = [f"python -m research.train --kind tokenizer{first}"]
     vocabulary: str | None = None
     for n, phase in enumerate(training_phases(summary)):
         cfg = phase["config"]
-        command = (f"python -m research.train --kind {phase['kind']} --out models/{out.name} "
-                   f"--seed {cfg['seed']} --copy-dim {cfg.get('copy_dim', 0)}")  # fmt: skip
+        command = f"python -m research.train --kind {phase['kind']} --out models/{out.name}"
+        for key, flag in ARCHITECTURE_FLAGS:
+            if cfg.get(key, getattr(TrainConfig, key)) != getattr(TrainConfig, key):
+                command += f" {flag} {cfg[key]}"
+        command += f" --seed {cfg['seed']} --copy-dim {cfg.get('copy_dim', 0)}"
         if cfg.get("room_buckets"):
             command += f" --room-buckets {cfg['room_buckets']}"
         if cfg.get("copy_twins"):
@@ -1029,7 +1041,7 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
             command += f" --lr {cfg['lr']}"
         if phase.get("precision", "").startswith("fp32"):
             command += " --no-bf16"
-        if phase["kind"] == "denoiser":  # corruption recipes added later ran at 0 before
+        if phase["kind"] == "denoiser":  # a corruption share missing from cfg ran at 0
             for key in ("long_pad_prob", "template_prob", "ordered_hole_prob", "invent_prob"):
                 value = cfg.get(key, 0.0)
                 if value != getattr(TrainConfig, key):
@@ -1041,31 +1053,35 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
         elif cfg.get("virtual_spaces"):
             command += " --virtual-spaces"
         command += _edition_flag(cfg)
-        if n:  # a phase of its own: its own checkpoint (a checkpoint resumes only its own run)
+        if n:  # a run of its own: its own checkpoint (a checkpoint resumes only its own run)
             command += (f" --init-from models/{out.name}"
                         f" --checkpoint var/train/{out.name}/phase-{n + 1}.pt")  # fmt: skip
         if cfg["batch_size"] != TrainConfig.batch_size:
             command += f" --batch-size {cfg['batch_size']}"
         if "device" in phase:
             command += f" --device {phase['device']}"
-        if vocabulary is not None:  # phases after a transplant read its vocabulary
+        if vocabulary is not None:  # runs after a move read the vocabulary moved onto
             command += f" --tokenizer {vocabulary}"
         resumes = phase.get("phases") or [phase["steps"]]
-        runs += [f"`{command} --steps {steps}`" for steps in resumes]
+        commands += [f"{command} --steps {steps}" for steps in resumes]
         moved = phase.get("vocabulary_transplant")
         if moved:  # then the weights moved onto another vocabulary
             source = vocabulary or str(DEFAULT_TOKENIZER)
             vocabulary = f"var/tokenizer/{moved['tokenizer_sha256'][:12]}.json"
-            command = _tokenizer_command(moved, cfg, vocabulary, source)
-            runs.append(f"`{command}` "
-                        f"(check that its sha256 is {moved['tokenizer_sha256']}) then "
-                        f"`python -m research.train --transplant models/{out.name} "
-                        f"--tokenizer {vocabulary} --out models/{out.name}`")  # fmt: skip
-    note = (" (a later run of the same phase resumes from that phase's checkpoint under "
-            "var/train/; each --init-from phase starts from the weights before it)") if len(runs) > 1 else ""  # fmt: skip
-    first = _edition_flag(training_phases(summary)[0]["config"])  # the first vocabulary's corpus
-    return (f"Reproduce: `python -m research.train --kind tokenizer{first}`, then "
-            f"{' then '.join(runs)}{note}.")  # fmt: skip
+            commands += [
+                _tokenizer_command(moved, cfg, vocabulary, source),
+                f"echo '{moved['tokenizer_sha256']}  {vocabulary}' | sha256sum --check",
+                f"python -m research.train --transplant models/{out.name} "
+                f"--tokenizer {vocabulary} --out models/{out.name}",
+            ]
+    return commands
+
+
+def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
+    """The card's one line on rebuilding the weights (the commands: :func:`reproduce_commands`)."""
+    runs = sum(len(p.get("phases") or [p["steps"]]) for p in training_phases(summary))
+    return (f"Reproduce: `scripts/reproduce-model models/{out.name}` ({runs} training "
+            f"run{'s' if runs > 1 else ''} from `training.json`; `--dry-run` lists the commands).")  # fmt: skip
 
 
 def write_model_card(
