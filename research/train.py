@@ -100,7 +100,7 @@ class TrainConfig:
     # mentions all lie inside holes (a party named only in a holed first sentence): the model
     # must invent a name and repeat it, as requests that name nothing ask (evaluate.sample_case
     # with invent; by default it shows a name where the document first shows it outside holes).
-    # Other template rows leave such later mentions visible. Phases before this existed: 0.
+    # Other template rows leave such later mentions visible. A recorded run without this key reads as 0.
     invent_prob: float = 0.0
     max_pad_budget: int = 12  # extra positions (target pad) after a hole's content
     # Share of holes whose pad tail may run to long_pad_budget positions or the content's own
@@ -109,18 +109,18 @@ class TrainConfig:
     long_pad_prob: float = 0.5
     long_pad_budget: int = 36
     # Share of hole rows masked as the sampler leaves a hole part-way (mask_hole_tails): a
-    # written start, the rest of the budget masked. Phases before this existed: 0.
+    # written start, the rest of the budget masked. A recorded run without this key reads as 0.
     ordered_hole_prob: float = 0.0
     # Hole rows tokenize locked text before a hole as documents do (a blank line before a hole
-    # is "\n", "\n", as before a word), which is how a Canvas tokenizes it. Phases that ran
-    # before this existed tokenized that text on its own ("\n\n", one token): False.
+    # is "\n", "\n", as before a word), which is how a Canvas tokenizes it. False tokenizes that
+    # text on its own ("\n\n", one token); a recorded run without this key reads as False.
     document_boundaries: bool = True
     # Holes that start a line or a JSON string value are tokenized with a virtual leading
     # space (ModelConfig.virtual_spaces), so the model writes " Joshua", not "Jos", "hua".
-    # Phases before this existed: False.
+    # A recorded run without this key reads as False.
     virtual_spaces: bool = False
     # Every line start and JSON string value is encoded with a virtual space, locked text too
-    # (ModelConfig.spaced_lines); implies virtual_spaces. Phases before this existed: False.
+    # (ModelConfig.spaced_lines); implies virtual_spaces. A recorded run without this key reads as False.
     spaced_lines: bool = False
     min_t: float = 1e-3  # t ~ U(min_t, 1): 1/t stays finite
     fim_rate: float = 0.9  # AR-FIM: share of rows in PSM order
@@ -143,8 +143,8 @@ class TrainConfig:
     # gpu_worker.engine.model.ModelConfig.copy_lower. Needs copy_twins.
     copy_lower: bool = False
     data_offset: int = 0  # steps of documents to skip: a continuation reads documents anew
-    # Which edition of the corpus the run reads (research.corpus.CORPUS_EDITION). Phases
-    # recorded before editions existed read edition 1 (see recorded()).
+    # Which edition of the corpus the run reads (research.corpus.CORPUS_EDITION). A recorded
+    # run without this key read edition 1 (see recorded()).
     corpus_edition: int = CORPUS_EDITION
     eval_every: int = 250
     checkpoint_every: int = 100
@@ -163,7 +163,7 @@ EARLIER_DEFAULTS: dict[str, Any] = {"corpus_edition": 1}
 
 
 def recorded(cfg: dict[str, Any], key: str) -> Any:
-    """A saved config's ``key``: what it holds, else what runs did before the key existed."""
+    """A saved config's ``key``: what it holds, else the value a run recorded without it used."""
     return cfg.get(key, EARLIER_DEFAULTS.get(key))
 
 
@@ -564,7 +564,7 @@ def _check_same_run(checkpoint: Path, saved: dict[str, Any], run: dict[str, Any]
     changed = sorted(k for k in run["config"] if recorded(before["config"], k) != run["config"][k])
     if before.get("init_from_sha256") != run["init_from_sha256"]:
         changed.append("the --init-from weights")
-    if not changed:  # recorded before a setting existed, with the value it had then
+    if not changed:  # a recorded run without a setting used the value it reads as
         return
     raise ValueError(
         f"{checkpoint} holds another training run (it differs in {', '.join(changed)}); "
