@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import os
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from django.db import IntegrityError, connection, models, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from audit import checkpoints, crypto, keys, merkle
+from audit import checkpoints, crypto, keys, merkle, witness
 from audit.canonical import canonical_json, sha256_hex
 from audit.models import (
     RUN_RECORD_SCHEMA_VERSION,
@@ -96,14 +97,22 @@ def _checkpoint_after_commit() -> None:
         logger.exception("audit: writing a log checkpoint failed")
 
 
+class CheckpointRefused(Exception):
+    """Signing now would cover up tampering (the checkpoint file falls short of its witness)."""
+
+
 def checkpoint_write() -> checkpoints.Checkpoint | None:
-    """Append a signed checkpoint covering every committed log entry not yet covered."""
+    """Append a signed checkpoint covering every committed log entry not yet covered, and
+    copy it to the witness. Refused while the file falls short of the witness."""
     path = Path(settings.AUDIT_CHECKPOINT_FILE)
     signer = keys.signing_key()
     with checkpoints.locked(path) as fh:
         line = checkpoints.last_line(fh)
         last = checkpoints.parse_line(line) if line else None
         size = last.size if last else 0
+        cut = witness.cut_tail(size, witness.witness_read())
+        if cut is not None:
+            raise CheckpointRefused(f"refusing to sign: {cut}")
         frontier = [bytes.fromhex(x) for x in last.frontier] if last else []
         new_leaves: list[str] = []
         for entry in LogEntry.objects.filter(seq__gte=size).order_by("seq").iterator():
@@ -126,6 +135,8 @@ def checkpoint_write() -> checkpoints.Checkpoint | None:
         fh.seek(0, 2)
         fh.write(checkpoint.to_line())
         fh.flush()
+        os.fsync(fh.fileno())
+        witness.witness_write(checkpoint)
     return checkpoint
 
 
