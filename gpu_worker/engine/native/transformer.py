@@ -25,8 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gpu_worker.engine.model import KVCache, Window
-from gpu_worker.engine.model import _splice as splice_window  # the shipped model's cache arithmetic
+from gpu_worker.engine.model import KVCache
 
 
 @dataclass(frozen=True)
@@ -61,6 +60,32 @@ class NativeConfig:
         per_layer = attention + bias + 3 * d * f + 2 * d
         head = 0 if self.tie_embeddings else self.vocab_size * d
         return self.n_layers * per_layer + self.vocab_size * d + d + head
+
+
+@dataclass(frozen=True)
+class Window:
+    """Which cached positions a forward's W query positions are: ``positions`` [B, W], each
+    row its own, ascending, distinct and inside the cache. ``from_cache`` [B, W] marks
+    positions that keep the cache's keys and values (a row's filler, a left neighbour read as
+    a query only); with ``overwrite`` the cache's tensors take the window's keys and values in
+    place. (The Stencil transformer's cached windows, for bidirectional networks.)"""
+
+    positions: torch.Tensor
+    from_cache: torch.Tensor | None = None
+    overwrite: bool = False
+
+
+def splice(cached: torch.Tensor, fresh: torch.Tensor, window: Window, dim: int = 2) -> torch.Tensor:
+    """Cached [B, H, Lc, D] (or [B, Lc] with ``dim`` 1) with the window's positions replaced
+    by ``fresh`` (except where ``from_cache``); in place with ``window.overwrite``."""
+    shape = [fresh.shape[0]] + [1] * (dim - 1) + [fresh.shape[dim]] + [1] * (fresh.dim() - dim - 1)
+    index = window.positions.view(shape).expand_as(fresh)
+    if window.from_cache is not None:
+        keep = window.from_cache.view(shape).expand_as(fresh)
+        fresh = torch.where(keep, cached.gather(dim, index), fresh)
+    if window.overwrite:
+        return cached.scatter_(dim, index, fresh)
+    return cached.scatter(dim, index, fresh)
 
 
 class RMSNorm(nn.Module):
@@ -99,7 +124,7 @@ class Attention(nn.Module):
         sin: torch.Tensor,
         attn_mask: torch.Tensor | None,  # [B, 1, W, Lk] bool, True = may attend
         past: tuple[torch.Tensor, torch.Tensor] | None,  # cached [B, Hkv, Lc, D] each
-        window: Window,
+        window: Window | None,  # None: the whole sequence, no cache
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.cfg
         b, w, _ = x.shape
@@ -109,9 +134,9 @@ class Attention(nn.Module):
         k = k.view(b, w, cfg.n_kv_heads, hd).transpose(1, 2)  # [B, Hkv, W, D]
         v = v.view(b, w, cfg.n_kv_heads, hd).transpose(1, 2)
         q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
-        if past is not None:
-            k = splice_window(past[0], k, window)
-            v = splice_window(past[1], v, window)
+        if past is not None and window is not None:
+            k = splice(past[0], k, window)
+            v = splice(past[1], v, window)
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, enable_gqa=cfg.n_kv_heads != cfg.n_heads
         )  # [B, H, W, D]
@@ -153,7 +178,7 @@ class Block(nn.Module):
         sin: torch.Tensor,
         attn_mask: torch.Tensor | None,
         past: tuple[torch.Tensor, torch.Tensor] | None,
-        window: Window,
+        window: Window | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         h, k, v = self.attn(self.attn_norm(x), cos, sin, attn_mask, past, window)
         x = x + h
@@ -178,8 +203,14 @@ class NativeTransformer(nn.Module):
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
-    def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits [B, L, V] for ids [B, L]; attention_mask [B, L], True = real token."""
+    def forward(
+        self,
+        ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        room: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits [B, L, V] for ids [B, L]; attention_mask [B, L], True = real token. (``room``
+        is for networks with a room embedding; these have none.)"""
         logits, _ = self.forward_window(ids, attention_mask=attention_mask)
         return logits
 
@@ -194,30 +225,44 @@ class NativeTransformer(nn.Module):
         positions: torch.Tensor | None = None,  # [B, W] long, instead of start
         from_cache: torch.Tensor | None = None,  # [B, W] bool, with positions
         outputs: torch.Tensor | None = None,  # [B, K] long indices into the window
+        room: torch.Tensor | None = None,  # unused: no room embedding
     ) -> tuple[torch.Tensor, KVCache | None]:
         """Logits [B, W, V] of the window (or [B, K, V] of its ``outputs``), and with
         ``write_cache`` the cache of every layer's keys and values; the arguments mean what
-        they mean for :meth:`StencilTransformer.forward_window`.
+        they mean for :meth:`StencilTransformer.forward_window`. Without ``cache`` the window
+        is the whole sequence; with it, the positions ``start``..start+W or ``positions``.
 
         The cache also holds every position's token id: a shifted network reads a window's
         first position from its left neighbour, which may lie outside the window. That
         neighbour is then recomputed as a query whose keys and values stay the cache's.
         """
-        if self.config.shift_logits and (cache is not None or start or positions is not None):
-            return self._shifted_cached_window(ids, start, cache, attention_mask, write_cache,
-                                               positions, from_cache, outputs)  # fmt: skip
-        window = Window(start, positions, from_cache, overwrite=write_cache and cache is not None)
+        b, w = ids.shape
+        if cache is None:
+            if start or positions is not None:
+                raise ValueError(f"start={start} or positions need a cache")
+            h, keys, values = self._hidden(ids, None, None, attention_mask, write_cache)
+            if self.config.shift_logits:  # position i reads position i - 1's (0 its own)
+                h = torch.cat([h[:, :1], h[:, :-1]], dim=1)
+            logits = self._logits(h if outputs is None else _gather_rows(h, outputs))
+            # the cache's own ids: later windows write into them in place
+            return logits, (_cache(keys, values, ids.clone()) if write_cache else None)
+        if cache.ids is None:
+            raise ValueError("a window forward needs a cache written by this network")
+        if positions is None:
+            positions = torch.arange(start, start + w, device=ids.device).expand(b, w)
+        if outputs is None:
+            outputs = torch.arange(w, device=ids.device).expand(b, w)
+        reads = outputs
+        if self.config.shift_logits:
+            wide = _widen(positions, from_cache, outputs, cache.length)
+            ids = cache.ids.gather(1, wide.positions).scatter(1, wide.window_index, ids)
+            positions, from_cache, reads = wide.positions, wide.from_cache, wide.reads
+        window = Window(positions, from_cache, overwrite=write_cache)
         h, keys, values = self._hidden(ids, window, cache, attention_mask, write_cache)
-        if self.config.shift_logits:  # the whole sequence: position i reads position i - 1's
-            h = torch.cat([h[:, :1], h[:, :-1]], dim=1)
-        logits = self._logits(h if outputs is None else _gather_rows(h, outputs))
+        logits = self._logits(_gather_rows(h, reads))
         if not write_cache:
             return logits, None
-        if cache is None or cache.ids is None:
-            ids_all = ids.clone()  # the cache's own: later windows write into it in place
-        else:
-            ids_all = splice_window(cache.ids, ids, window, dim=1)
-        return logits, _cache(keys, values, ids_all)
+        return logits, _cache(keys, values, splice(cache.ids, ids, window, dim=1))
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -231,20 +276,23 @@ class NativeTransformer(nn.Module):
     def _hidden(
         self,
         ids: torch.Tensor,
-        window: Window,
+        window: Window | None,
         cache: KVCache | None,
         attention_mask: torch.Tensor | None,
         write_cache: bool,
     ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
-        """Final normed hidden states [B, W, C] of the window and, with ``write_cache``,
-        every layer's spliced keys and values."""
+        """Final normed hidden states [B, W, C] of the window (None: the whole sequence) and,
+        with ``write_cache``, every layer's spliced keys and values."""
         b, w = ids.shape
-        total = max(window.last(w), cache.length if cache is not None else 0)
+        total = cache.length if cache is not None else w
         if total > self.max_len:
             raise ValueError(f"sequence length {total} exceeds the model's max_len={self.max_len}")
-        if cache is None and (window.positions is not None or window.start != 0):
-            raise ValueError(f"start={window.start} or positions need a cache")
-        positions = window.absolute(w, ids.device)  # [B or 1, W]
+        if window is None:
+            positions = torch.arange(w, device=ids.device)[None, :]  # [1, W]
+        else:
+            positions = window.positions.to(ids.device)  # [B, W]
+            if int(positions.max()) >= total or int(positions.min()) < 0:
+                raise ValueError("per-row positions must lie inside the cache")
         cos, sin = self._rope(positions)
         attn_mask = _attention_mask(b, total, positions, attention_mask, ids.device)
         x = self.embed(ids)
@@ -268,36 +316,6 @@ class NativeTransformer(nn.Module):
         angles = positions[..., None].float() * inv_freq  # [B or 1, W, D/2]
         angles = torch.cat([angles, angles], dim=-1)[:, None]  # [B or 1, 1, W, D]
         return angles.cos(), angles.sin()
-
-    def _shifted_cached_window(
-        self,
-        ids: torch.Tensor,
-        start: int,
-        cache: KVCache | None,
-        attention_mask: torch.Tensor | None,
-        write_cache: bool,
-        positions: torch.Tensor | None,
-        from_cache: torch.Tensor | None,
-        outputs: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, KVCache | None]:
-        """A cached window of a shifted network: the window widened by the left neighbours
-        its outputs read (queries only: their keys and values stay the cache's)."""
-        if cache is None or cache.ids is None:
-            raise ValueError("a window forward of a shifted network needs the cache it wrote")
-        b, w = ids.shape
-        if positions is None:
-            positions = torch.arange(start, start + w, device=ids.device).expand(b, w)
-        if outputs is None:
-            outputs = torch.arange(w, device=ids.device).expand(b, w)
-        wide = _widen(positions, from_cache, outputs, cache.length)
-        wide_ids = cache.ids.gather(1, wide.positions)
-        wide_ids = wide_ids.scatter(1, wide.window_index, ids)  # the window's own tokens
-        window = Window(0, wide.positions, wide.from_cache, overwrite=write_cache)
-        h, keys, values = self._hidden(wide_ids, window, cache, attention_mask, write_cache)
-        logits = self._logits(_gather_rows(h, wide.reads))
-        if not write_cache:
-            return logits, None
-        return logits, _cache(keys, values, splice_window(cache.ids, wide_ids, window, dim=1))
 
 
 @dataclass(frozen=True)
