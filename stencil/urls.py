@@ -9,10 +9,11 @@ import os
 from django.conf import settings
 from django.contrib import admin
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import include, path
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+from django.views.defaults import page_not_found as default_page_not_found
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -77,3 +78,16 @@ urlpatterns = [
     path("api/v1/", include(api_urlpatterns)),
     path("", include("drafting.urls")),
 ]
+
+
+def page_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """A 404 in the API's form under /api/ (JSON a client can read), Django's page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(
+            {"error": f"no API endpoint or object at {request.path}", "errors": {}},
+            status=404,
+        )
+    return default_page_not_found(request, exception or Http404())
+
+
+handler404 = page_not_found

@@ -1,4 +1,4 @@
-"""/metrics answers the operator's scrapers only: allowed networks or the bearer token."""
+"""Operations endpoints: /metrics for the operator's scrapers only; JSON 404s under /api/."""
 
 from __future__ import annotations
 
@@ -29,3 +29,13 @@ def test_metrics_answer_an_allowed_network_and_the_token(settings: Any) -> None:
     outside = Client(REMOTE_ADDR="203.0.113.9")
     assert outside.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-secret").status_code == 200
     assert outside.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 403
+
+
+@pytest.mark.django_db
+def test_an_unknown_api_path_answers_a_json_404(settings: Any) -> None:
+    settings.DEBUG = False
+    answer = Client().get("/api/v1/no-such-thing")
+    assert answer.status_code == 404
+    assert answer["Content-Type"].startswith("application/json")
+    assert "no API endpoint" in answer.json()["error"]
+    assert Client().get("/no-such-page/").status_code == 404
