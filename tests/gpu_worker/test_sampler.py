@@ -126,7 +126,10 @@ def test_step_protect_mask_prevents_editing_under_every_rule_cache_and_batch(
         assert torch.equal(result.ids[canvas.protect], canvas.ids[canvas.protect])
         assert not bool((result.ids == canvas.mask_id).any()), "a mask token is left"
         assert result.steps == len(steps[row]) <= config.max_steps
-        assert validate(canvas, result.ids, tokenizer) == []
+        violations = validate(canvas, result.ids, tokenizer)
+        if not config.stop_on_eos:  # without the stopping rule an EOS may come first: empty
+            violations = [v for v in violations if v.name != "empty_hole"]
+        assert violations == []
         for info in steps[row]:
             assert not set(info.remasked) & set(canvas.protect.nonzero().squeeze(-1).tolist())
         for hole in canvas.holes:  # a moved locked space stays the first token's prefix
