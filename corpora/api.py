@@ -78,7 +78,7 @@ def corpus_detail(request: HttpRequest, corpus_id: int) -> JsonResponse:
 def corpus_documents(request: HttpRequest, corpus_id: int) -> JsonResponse:
     """multipart/form-data with one or more ``files``: the import's per-file report."""
     corpus = selectors.corpus_get(user=request.user, corpus_id=corpus_id)
-    if not request.content_type.startswith("multipart/form-data"):
+    if not (request.content_type or "").startswith("multipart/form-data"):
         raise BadRequest("send the documents as multipart/form-data, each in a 'files' field")
     outcome = services.corpus_import(corpus=corpus, user=request.user, files=uploaded_files(request))
     corpus.refresh_from_db()

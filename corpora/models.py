@@ -133,7 +133,7 @@ class Promotion(models.Model):
         ordering = ["-created", "-id"]
 
     def __str__(self) -> str:
-        scope = self.template.slug if self.template_id else "default"
+        scope = self.template.slug if self.template is not None else "default"
         return f"{self.model_version} for {scope}"
 
 

@@ -194,6 +194,7 @@ STENCIL_CORPUS_MAX_FILES = envint("STENCIL_CORPUS_MAX_FILES", "20000")  # per up
 STENCIL_MODEL_VERSIONS_DIR = Path(
     os.getenv("STENCIL_MODEL_VERSIONS_DIR", str(VAR_DIR / "model-versions"))
 )
+STENCIL_TRAIN_DIR = Path(os.getenv("STENCIL_TRAIN_DIR", str(VAR_DIR / "train")))  # checkpoints
 STENCIL_TRAIN_LEASE_SECONDS = envint("STENCIL_TRAIN_LEASE_SECONDS", "120")  # renewed every step
 STENCIL_TRAIN_TIME_LIMIT = envint("STENCIL_TRAIN_TIME_LIMIT", str(3 * 3600))  # the task's hard cap
 
