@@ -106,7 +106,9 @@ def finetune_run(run_id: str, *, progress_bar: bool = False) -> str:
 
         train_windows = document_windows(train_docs, count, limit)
         held_windows = document_windows(held_docs, count, limit)
-        result = finetune(base_dir, train_windows, out, cfg, checkpoint=checkpoint, on_progress=report)
+        device = "cuda" if torch.cuda.is_available() else "cpu"  # a GPU when the worker has one
+        result = finetune(base_dir, train_windows, out, cfg, checkpoint=checkpoint,
+                          on_progress=report, device=device)  # fmt: skip
         services.training_run_progress(run=run, progress=vars(_final(result.state)),
                                        checkpoint=str(checkpoint))  # fmt: skip
         if result.cancelled or result.directory is None:
