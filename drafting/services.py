@@ -35,11 +35,11 @@ from drafting.templating import (
     field_errors,
     parse_template,
 )
+from gpu_worker.engine.outcome import MAX_SEED
 
 logger = logging.getLogger(__name__)
 
 DRAFT_TITLE_MAX = 200
-MAX_SEED = 2**63 - 1  # a seed is stored in a signed 64-bit column
 CHARS_PER_TOKEN_ESTIMATE = 3  # sizing a hole for text a person unlocked: ~3 chars per token
 MIN_UNLOCKED_HOLE_TOKENS = 4
 ADMISSION_LOCK_KEY = 0x5374656E63696C  # the advisory lock every job admission takes ("Stencil")

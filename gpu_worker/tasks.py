@@ -10,7 +10,8 @@ from celery import shared_task
 from celery.app.task import Task
 from celery.signals import worker_ready
 
-from gpu_worker.pipeline import JobBusy, job_run
+from gpu_worker.claims import JobBusy
+from gpu_worker.pipeline import job_run
 
 RUN_INFILL = "gpu_worker.tasks.run_infill"
 

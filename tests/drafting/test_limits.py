@@ -19,7 +19,7 @@ from tests.drafting.helpers import VALUES
 ACTIVE = [InfillJob.State.QUEUED, InfillJob.State.RUNNING, InfillJob.State.VALIDATING]
 
 
-def _together(n: int, work: Callable[[int], None]) -> list[BaseException]:
+def _together(n: int, work: Callable[[int], object]) -> list[BaseException]:
     """Run ``work(i)`` for i < n on n threads released at once; the errors they raised."""
     gate = threading.Barrier(n)
     errors: list[BaseException] = []
