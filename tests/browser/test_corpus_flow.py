@@ -86,7 +86,7 @@ def test_import_train_evaluate_promote_and_roll_back(
     assert page.locator("#eval-held_out tbody tr").count() >= 1
     page.get_by_role("button", name="Promote").click()
     version = selectors.model_version_for_template(None)
-    assert version is not None and version.corpus.name == "Renewals"
+    assert version is not None and version.corpus is not None and version.corpus.name == "Renewals"
     assert "now serves the default" in page.locator(".messages").inner_text()
     page.locator("#in-force").get_by_role("button", name="Roll back").click()
     assert "Rolled back" in page.locator(".messages").inner_text()

@@ -48,7 +48,7 @@ def _api(corpus: Corpus, document: CorpusDocument, version: Any) -> list[tuple[s
 
 def test_non_staff_pages_answer_403(client: Client, user: Any, filled: Any, version: Any) -> None:
     client.force_login(user)  # a reviewer, not staff
-    for method, url in _pages(*filled, version):
+    for method, url in _pages(filled[0], filled[1], version):
         response = getattr(client, method)(url, {"name": "x", "minutes": "1"})
         assert response.status_code == 403, (method, url)
         assert b"Patel" not in response.content
@@ -59,7 +59,7 @@ def test_non_staff_api_answers_403(user: Any, filled: Any, version: Any) -> None
 
     token = api_token_create(user=user, name="script")[1]
     api = Client(HTTP_AUTHORIZATION=f"Token {token}")
-    for method, url in _api(*filled, version):
+    for method, url in _api(filled[0], filled[1], version):
         if method == "get":
             response = api.get(url)
         else:
@@ -80,7 +80,7 @@ def test_nothing_was_written_by_refused_requests(client: Client, user: Any, fill
     from corpora.models import Promotion, TrainingRun
 
     client.force_login(user)
-    for method, url in _pages(*filled, version):
+    for method, url in _pages(filled[0], filled[1], version):
         getattr(client, method)(url, {"name": "x"})
     assert Corpus.objects.count() == 1 and CorpusDocument.objects.count() == 1
     assert TrainingRun.objects.count() == 0 and Promotion.objects.count() == 0

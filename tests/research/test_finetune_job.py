@@ -51,6 +51,7 @@ def test_a_run_registers_an_evaluated_version(letters: Corpus, staff: Any) -> No
     assert version.parent == run.base_version and version.corpus == letters
     assert Path(version.directory) == run_paths(run)[1]
     assert len(run.held_out) == 2  # a quarter of 8 documents, chosen before training
+    assert run.evaluation is not None
     held = run.evaluation["held_out"]["per_kind"]
     assert held and all(row["n"] >= 1 for row in held.values())
     assert set(run.evaluation["regression"]["per_kind"]) >= {"sentence", "number_date"}
@@ -68,6 +69,7 @@ def test_the_run_page_shows_the_table_and_promotes(letters: Corpus, staff: Any, 
     page = client.get(f"/corpora/runs/{run.id}/").content.decode()
     assert 'id="eval-held_out"' in page and 'id="eval-regression"' in page
     assert "entity_left" in page or "sentence" in page
+    assert run.model_version is not None
     client.post(f"/corpora/models/{run.model_version.id}/promote/", {})
     assert selectors.model_version_for_template(None) == run.model_version
 
