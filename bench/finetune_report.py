@@ -21,6 +21,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+FENCE = "~~~~"  # the documents hold ``` fences of their own
+
 
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{x:.3f}"
@@ -74,9 +76,9 @@ def samples(run: Any, count: int) -> list[str]:
         out += [f"### {doc.split}", "",
                 f"{len(case.holes)} holes; written exactly as the original: base {right['base']}, "
                 f"tuned {right['tuned']}. Text a model wrote is between ⟦ and ⟧.", "",
-                "Base:", "", "```text", _marked(doc, case, fills["base"]), "```", "",
-                "Tuned:", "", "```text", _marked(doc, case, fills["tuned"]), "```", "",
-                "<details><summary>original</summary>", "", "```text", doc.text, "```", "",
+                "Base:", "", FENCE + "text", _marked(doc, case, fills["base"]), FENCE, "",
+                "Tuned:", "", FENCE + "text", _marked(doc, case, fills["tuned"]), FENCE, "",
+                "<details><summary>original</summary>", "", FENCE + "text", doc.text, FENCE, "",
                 "</details>", ""]  # fmt: skip
     return out
 
@@ -110,6 +112,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--source", default="", help="where the corpus came from (a sentence)")
     parser.add_argument("--command", action="append", default=[], help="a command that made it")
     parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--note", action="append", default=[],
+                        help="a paragraph for the report's notes (what ran, what it shows)")
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "stencil.settings")
     import django
@@ -154,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
         f"({s.get('regression_exact_low', float('nan')):+.3f} … "
         f"{s.get('regression_exact_high', float('nan')):+.3f}).", "",
         "![exact match](exact_match.png)", "",
+        *(["## Notes", ""] + [line for note in args.note for line in (note, "")] if args.note else []),
         "## Three held-out documents, holed as a template, before and after", "",
         *samples(run, args.samples),
     ]  # fmt: skip
