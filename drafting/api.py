@@ -18,7 +18,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 
-from drafting import selectors, services
+from drafting import checks, docformat, exports, selectors, services
 from drafting.auth import AuthError, csrf_failure_reason, user_from_authorization
 from drafting.models import Draft, DraftRevision, Fragment, InfillJob, TemplateVersion
 from drafting.services import MAX_SEED
@@ -190,6 +190,7 @@ def template_json(version: TemplateVersion, *, source: bool = False) -> dict[str
         "fields": version.fields,
         "holes": version.holes,
         "route_hint": version.route_hint,
+        "doc_format": version.doc_format,
     }
     if source:
         data["source"] = version.source
@@ -202,9 +203,10 @@ def fragment_json(fragment: Fragment) -> dict[str, Any]:
         "position": fragment.position,
         "kind": fragment.kind,
         "name": fragment.name,
-        "label": (fragment.spec or {}).get("label") or fragment.name,
+        "label": checks.fragment_display_label(fragment),
         "hint": (fragment.spec or {}).get("hint", ""),
         "text": fragment.text,
+        "value": docformat.unescape_for(fragment.text, (fragment.spec or {}).get("context", "")),
         "locked": fragment.locked,
         "status": fragment.status,
         "provisional": fragment.status == Fragment.Status.PROVISIONAL,
@@ -276,12 +278,12 @@ def _hole_labels(job: InfillJob) -> dict[str, str]:
     labels: dict[str, str] = {}
     if job.draft_id is None:
         return labels
-    by_id = {f.id: f for f in Fragment.objects.filter(draft_id=job.draft_id)}
+    fragments = Fragment.objects.filter(draft_id=job.draft_id).select_related("draft")
+    by_id = {f.id: f for f in fragments}
     for target in job.target_fragments:
         fragment = by_id.get(target.get("fragment"))
         if fragment is not None:
-            label = (fragment.spec or {}).get("label") or fragment.name or "selected text"
-            labels[str(target.get("hole"))] = str(label)
+            labels[str(target.get("hole"))] = checks.fragment_display_label(fragment)
     return labels
 
 
@@ -334,7 +336,7 @@ def templates(request: HttpRequest) -> HttpResponse:
             raise PermissionDenied("only staff may create templates")
         data = json_body(
             request,
-            allowed={"slug", "title", "kind", "source", "description", "route_hint"},
+            allowed={"slug", "title", "kind", "source", "description", "route_hint", "doc_format"},
             required={"slug", "title", "kind", "source"},
         )
         for name in data:
@@ -343,6 +345,7 @@ def templates(request: HttpRequest) -> HttpResponse:
             slug=data["slug"], title=data["title"], kind=data["kind"], source=data["source"],
             description=data.get("description") or "",
             route_hint=data.get("route_hint") or "auto", user=request.user,
+            doc_format=data.get("doc_format") or "text",
         )  # fmt: skip
         return JsonResponse(template_json(version, source=True), status=201)
     items = [
@@ -466,7 +469,7 @@ def draft_export(request: HttpRequest, draft_id: int) -> HttpResponse:
 
 
 def export_response(draft: Draft, fmt: str) -> HttpResponse:
-    content, content_type = services.draft_export(draft=draft, fmt=fmt)
+    content, content_type = exports.draft_export(draft=draft, fmt=fmt)
     response = HttpResponse(content, content_type=content_type)
     response["Content-Disposition"] = f'attachment; filename="draft-{draft.id}.{fmt}"'
     return response

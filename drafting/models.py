@@ -38,6 +38,7 @@ class TemplateVersion(models.Model):
     fields = models.JSONField(default=list)  # parsed field declarations, in order
     holes = models.JSONField(default=list)  # parsed hole declarations, in order
     route_hint = models.CharField(max_length=20, default="auto")  # auto | diffusion | ar
+    doc_format = models.CharField(max_length=12, default="text")  # text | markdown | json
     created = models.DateTimeField(auto_now_add=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL

@@ -18,6 +18,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from drafting import docformat
+from drafting.checks import draft_document_violations, version_parse
 from drafting.models import (
     DocumentTemplate,
     Draft,
@@ -71,10 +73,11 @@ class ConflictError(Exception):
 @transaction.atomic
 def template_version_create(
     *, slug: str, title: str, kind: str, source: str, description: str = "",
-    route_hint: str = "auto", user: Any = None,
+    route_hint: str = "auto", user: Any = None, doc_format: str = "text",
 ) -> TemplateVersion:  # fmt: skip
     """Validate ``source`` and save it as the template's next version (creating the template)."""
-    parsed = parse_template(source, max_bytes=settings.STENCIL_MAX_TEMPLATE_BYTES)
+    parsed = parse_template(source, max_bytes=settings.STENCIL_MAX_TEMPLATE_BYTES,
+                            doc_format=doc_format)  # fmt: skip
     if route_hint not in {"auto", "diffusion", "ar"}:
         raise TemplateError(f"route hint {route_hint!r} is not auto, diffusion or ar")
     template, _ = DocumentTemplate.objects.get_or_create(
@@ -83,7 +86,9 @@ def template_version_create(
     template.title, template.kind, template.description = title, kind, description
     template.save()
     latest = template.versions.select_for_update().order_by("-number").first()
-    if latest is not None and latest.source == source and latest.route_hint == route_hint:
+    if latest is not None and (latest.source, latest.route_hint, latest.doc_format) == (
+        source, route_hint, doc_format
+    ):
         return latest
     return TemplateVersion.objects.create(
         template=template,
@@ -92,6 +97,7 @@ def template_version_create(
         fields=[f.to_json() for f in parsed.fields],
         holes=[h.to_json() for h in parsed.holes],
         route_hint=route_hint,
+        doc_format=doc_format,
         created_by=user if getattr(user, "is_authenticated", False) else None,
     )
 
@@ -139,9 +145,13 @@ def draft_values_check(*, version: TemplateVersion, values: dict[str, Any]) -> d
     return cleaned
 
 
-def _field_text(version: TemplateVersion, name: str, values: dict[str, Any]) -> str:
-    value = values.get(name, "")
-    return "" if value is None else str(value)
+def _field_text(version: TemplateVersion, fragment_spec: dict[str, Any], name: str,
+                values: dict[str, Any]) -> str:  # fmt: skip
+    """A field's value as it stands in the document: display format, escaped for its place."""
+    declared = next((f for f in version.fields if f["name"] == name), {})
+    context = fragment_spec.get("context") or docformat.CONTEXT_TEXT
+    return docformat.field_text(values.get(name), declared, context=context,
+                                doc_format=version.doc_format)  # fmt: skip
 
 
 @transaction.atomic
@@ -153,21 +163,27 @@ def draft_create(
     draft = Draft.objects.create(
         owner=owner, template_version=version, title=title, values=cleaned, revision=1
     )
-    parsed = parse_template(version.source, max_bytes=settings.STENCIL_MAX_TEMPLATE_BYTES)
+    parsed = version_parse(version)
     holes = {h["name"]: h for h in version.holes}
+    specs = [
+        {**holes.get(piece.name, {}), "context": context} if piece.kind == "fill"
+        else {"context": context} if piece.kind == "field" else {}
+        for piece, context in zip(parsed.pieces, parsed.contexts, strict=True)
+    ]  # fmt: skip
     Fragment.objects.bulk_create(
         Fragment(
             draft=draft,
             position=i,
             kind=piece.kind,
             name=piece.name,
-            text=_field_text(version, piece.name, cleaned) if piece.kind == "field" else piece.text,
+            text=_field_text(version, spec, piece.name, cleaned) if piece.kind == "field"
+            else piece.text,
             locked=piece.kind != "fill",
             status=Fragment.Status.EMPTY if piece.kind == "fill" else Fragment.Status.FIXED,
-            spec=holes.get(piece.name, {}) if piece.kind == "fill" else {},
+            spec=spec,
         )
-        for i, piece in enumerate(parsed.pieces)
-    )
+        for i, (piece, spec) in enumerate(zip(parsed.pieces, specs, strict=True))
+    )  # fmt: skip
     draft_revision_record(draft=draft, reason="created", user=owner)
     return draft
 
@@ -182,7 +198,8 @@ def draft_values_update(*, draft: Draft, values: dict[str, Any]) -> Draft:
     locked.revision = F("revision") + 1
     locked.save(update_fields=["values", "revision", "updated"])
     for fragment in locked.fragments.filter(kind=Fragment.Kind.FIELD):
-        new_text = _field_text(locked.template_version, fragment.name, cleaned)
+        new_text = _field_text(locked.template_version, fragment.spec or {}, fragment.name,
+                               cleaned)  # fmt: skip
         if fragment.text != new_text:
             fragment.text = new_text
             fragment.save(update_fields=["text"])
@@ -233,8 +250,17 @@ def revision_diff(*, draft: Draft) -> str:
 
 
 # -- fragments and review -------------------------------------------------------------------
+def _json_punctuation_check(fragment: Fragment) -> None:
+    """A JSON record's keys and punctuation are template text: the model never rewrites them."""
+    if fragment.kind == Fragment.Kind.TEXT and fragment.draft.template_version.doc_format == "json":
+        raise UserError("In a JSON record the keys and punctuation stay locked; "
+                        "unlock or regenerate a value instead.")  # fmt: skip
+
+
 @transaction.atomic
 def fragment_lock_set(*, fragment: Fragment, locked: bool) -> Fragment:
+    if not locked:
+        _json_punctuation_check(fragment)
     fragment.locked = locked
     fragment.save(update_fields=["locked"])
     _bump(fragment.draft)
@@ -258,6 +284,10 @@ def fragment_review(*, fragment: Fragment, action: str, user: Any, text: str | N
             raise UserError("an edit needs the new text")
         if len(text) > settings.STENCIL_MAX_FIELD_LENGTH:
             raise UserError(f"the text is longer than {settings.STENCIL_MAX_FIELD_LENGTH} characters")
+        if fragment.kind == Fragment.Kind.FILL:  # a person types a value: write it for its place
+            text = docformat.escape_edit(text, (fragment.spec or {}).get("context", ""))
+        else:
+            _json_punctuation_check(fragment)
         fragment.text, fragment.status, fragment.locked = text, Fragment.Status.EDITED, True
     else:
         raise UserError(f"unknown review action {action!r}")
@@ -290,7 +320,8 @@ def fragment_split_for_regeneration(*, fragment: Fragment, start: int, end: int)
         if role == "regenerate":
             target.kind, target.locked = Fragment.Kind.FILL, False
             # A constraint describes the whole fragment, so it holds only for a whole selection.
-            kept = fragment.spec if len(pieces) == 1 else {}
+            kept = fragment.spec if len(pieces) == 1 else {
+                k: v for k, v in (fragment.spec or {}).items() if k in {"context", "label"}}
             target.spec = {**kept, "hint": piece_text,
                            "max_tokens": rewrite_budget(piece_text)}
             middle = target
@@ -310,8 +341,10 @@ def draft_accept(*, draft: Draft, expected_revision: int, user: Any) -> DraftRev
         raise PermissionDenied("accepting a draft needs the reviewer role")
     if draft.fragments.filter(status=Fragment.Status.PROVISIONAL).exists():
         raise UserError("accept or reject every provisional span first")
-    if draft.fragments.filter(kind=Fragment.Kind.FILL, text="").exists():
-        raise UserError("some infills are still empty")
+    problems = draft_document_violations(draft=draft)
+    if problems:
+        raise UserError("the document is not ready: " + "; ".join(map(str, problems)),
+                        errors={p.where or "__all__": p.message for p in problems})  # fmt: skip
     updated = Draft.objects.filter(pk=draft.pk, revision=expected_revision).update(
         revision=F("revision") + 1, updated=timezone.now()
     )
@@ -325,21 +358,6 @@ def draft_accept(*, draft: Draft, expected_revision: int, user: Any) -> DraftRev
     Draft.objects.filter(pk=draft.pk).update(accepted_revision=revision)
     draft.refresh_from_db()
     return revision
-
-
-def draft_export(*, draft: Draft, fmt: str) -> tuple[str, str]:
-    """(content, content type) of the accepted revision (or the working text, marked)."""
-    revision = draft.accepted_revision
-    text = revision.text if revision else "".join(f.text for f in draft.fragments.all())
-    if fmt == "txt":
-        header = "" if revision else "[NOT ACCEPTED: contains provisional model text]\n\n"
-        return header + text, "text/plain; charset=utf-8"
-    if fmt == "md":
-        status = (
-            f"Accepted revision {revision.number}" if revision else "Draft, not accepted"
-        )
-        return f"# {draft.title}\n\n*{status}*\n\n{text}\n", "text/markdown; charset=utf-8"
-    raise UserError(f"unknown export format {fmt!r}")
 
 
 # -- infill requests ------------------------------------------------------------------------
@@ -359,6 +377,8 @@ def _hole_for(fragment: Fragment) -> dict[str, Any]:
                             "max_tokens": max_tokens}
     if spec.get("constraint"):
         hole["constraint"] = spec["constraint"]
+    elif spec.get("context") == docformat.CONTEXT_JSON_STRING:
+        hole["constraint"] = {"pattern": docformat.JSON_STRING_PATTERN}
     return hole
 
 
@@ -571,6 +591,7 @@ def fragment_regenerate(*, fragment: Fragment, user: Any, preset: str,
     """
     if fragment.kind == Fragment.Kind.FIELD:
         raise UserError("this text is a form value: change it in the form instead")
+    _json_punctuation_check(fragment)
     if (start is None) != (end is None):
         raise UserError("a selection needs both its start and its end")
     with transaction.atomic():

@@ -24,10 +24,20 @@ from jinja2.ext import Extension
 from jinja2.parser import Parser
 from jinja2.sandbox import SandboxedEnvironment
 
+from drafting.docformat import (
+    DATE_FORMATS,
+    DOC_FORMATS,
+    NUMBER_FORMATS,
+    document_schema,
+    json_skeleton,
+    json_skeleton_error,
+    slot_contexts,
+)
+
 FIELD_TYPES = {"text", "textarea", "date", "integer", "number", "email", "choice"}
 FIELD_KEYWORDS = {
     "type", "label", "help", "required", "max_length", "min_length", "pattern", "choices",
-    "minimum", "maximum", "default",
+    "minimum", "maximum", "default", "format",
 }  # fmt: skip
 HOLE_KEYWORDS = {"max_tokens", "pattern", "choices", "schema", "label"}
 MAX_HOLE_TOKENS = 256
@@ -39,7 +49,14 @@ _MARK_RE = re.compile(f"{_MARK_OPEN}([fh]):(\\d+){_MARK_CLOSE}")
 
 
 class TemplateError(ValueError):
-    """A template that cannot be saved; the message says where and why."""
+    """A template that cannot be saved; the message says where and why.
+
+    ``line`` and ``column`` are 1-based positions in the source (0 when unknown).
+    """
+
+    def __init__(self, message: str, *, line: int = 0, column: int = 0) -> None:
+        super().__init__(message)
+        self.line, self.column = line, column
 
 
 @dataclass(frozen=True)
@@ -56,6 +73,7 @@ class FieldSpec:
     minimum: float | None = None
     maximum: float | None = None
     default: str | None = None
+    format: str | None = None  # display format: a date's or a number's (docformat)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -87,6 +105,23 @@ class ParsedTemplate:
     fields: list[FieldSpec]
     holes: list[HoleSpec]
     pieces: list[Piece]
+    doc_format: str = "text"
+    contexts: list[str] = field(default_factory=list)  # per piece (docformat.slot_contexts)
+
+    def spec_of(self, piece: Piece) -> dict[str, Any]:
+        """The declaration of a field or fill piece as JSON ({} for text)."""
+        if piece.kind == "field":
+            return next(f.to_json() for f in self.fields if f.name == piece.name)
+        if piece.kind == "fill":
+            return next(h.to_json() for h in self.holes if h.name == piece.name)
+        return {}
+
+    def document_schema(self) -> dict[str, Any] | None:
+        """The JSON Schema of a JSON template's documents (None for other formats)."""
+        if self.doc_format != "json":
+            return None
+        pairs = [(p.kind, p.text) for p in self.pieces]
+        return document_schema(pairs, self.contexts, [self.spec_of(p) for p in self.pieces])
 
 
 class InfillExtension(Extension):
@@ -186,6 +221,12 @@ def _field_spec(name: Any, options: dict[str, Any]) -> FieldSpec:
             re.compile(pattern)
         except (re.error, TypeError) as exc:
             raise TemplateError(f"field {name!r}: pattern is not a valid regex: {exc}") from exc
+    display = options.get("format")
+    allowed = {"date": DATE_FORMATS, "integer": NUMBER_FORMATS, "number": NUMBER_FORMATS}
+    if display is not None and display not in allowed.get(ftype, ()):
+        kinds = "; ".join(f"{t}: {', '.join(f)}" for t, f in allowed.items())
+        raise TemplateError(f"field {name!r}: format {display!r} does not fit type {ftype!r} "
+                            f"(formats: {kinds})")  # fmt: skip
     return FieldSpec(
         name=name,
         type=ftype,
@@ -199,6 +240,7 @@ def _field_spec(name: Any, options: dict[str, Any]) -> FieldSpec:
         minimum=options.get("minimum"),
         maximum=options.get("maximum"),
         default=options.get("default"),
+        format=display,
     )
 
 
@@ -337,11 +379,14 @@ def _environment(recorder: _Recorder) -> SandboxedEnvironment:
     return env
 
 
-def parse_template(source: str, *, max_bytes: int = 65536) -> ParsedTemplate:
+def parse_template(source: str, *, max_bytes: int = 65536, doc_format: str = "text"
+                   ) -> ParsedTemplate:  # fmt: skip
     """Validate a template's source and return its declarations and pieces.
 
     Raises TemplateError with a message a person can act on.
     """
+    if doc_format not in DOC_FORMATS:
+        raise TemplateError(f"the document format must be one of {', '.join(DOC_FORMATS)}")
     if not isinstance(source, str) or not source.strip():
         raise TemplateError("the template is empty")
     if len(source.encode()) > max_bytes:
@@ -364,7 +409,14 @@ def parse_template(source: str, *, max_bytes: int = 65536) -> ParsedTemplate:
     pieces = _split(rendered, fields, recorder.holes)
     if not recorder.holes and not fields:
         raise TemplateError("the template declares no field() and no {% infill %}")
-    return ParsedTemplate(fields=fields, holes=recorder.holes, pieces=pieces)
+    pairs = [(p.kind, p.text) for p in pieces]
+    contexts = slot_contexts(pairs, doc_format)
+    if doc_format == "json":
+        problem = json_skeleton_error(json_skeleton(pairs, contexts))
+        if problem is not None:
+            raise TemplateError(problem.message)
+    return ParsedTemplate(fields=fields, holes=recorder.holes, pieces=pieces,
+                          doc_format=doc_format, contexts=contexts)  # fmt: skip
 
 
 def _split(rendered: str, fields: list[FieldSpec], holes: list[HoleSpec]) -> list[Piece]:
@@ -429,8 +481,11 @@ def field_errors(values: dict[str, Any], fields: list[dict[str, Any]], *,
     """Per-field messages (empty when the values are valid)."""
     schema = fields_json_schema(fields, max_field_length=max_field_length)
     labels = {f["name"]: f.get("label") or f["name"] for f in fields}
+    types = {f["name"]: f.get("type", "text") for f in fields}
     errors: dict[str, str] = {}
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = jsonschema.Draft202012Validator(
+        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    )
     for error in sorted(validator.iter_errors(values), key=lambda e: list(e.path)):
         if error.validator == "required":
             missing = error.message.split("'")[1]
@@ -440,8 +495,16 @@ def field_errors(values: dict[str, Any], fields: list[dict[str, Any]], *,
             errors.setdefault("__all__", "Unknown fields were sent: " + error.message)
             continue
         name = str(error.path[0]) if error.path else "__all__"
-        errors.setdefault(name, _friendly(error, labels.get(name, name)))
+        message = _friendly(error, labels.get(name, name))
+        if types.get(name) == "date" and error.validator in {"pattern", "format"}:
+            message = (f"{labels.get(name, name)} is not a real date: use a calendar date as "
+                       "YYYY-MM-DD (e.g. 2025-02-28).")  # fmt: skip
+        errors.setdefault(name, message)
     return errors
+
+
+_TYPE_WORDS = {"integer": "a whole number (digits only, e.g. 92000)",
+               "number": "a number (digits, e.g. 92000 or 92000.50)", "string": "text"}
 
 
 def _friendly(error: jsonschema.ValidationError, label: str) -> str:
@@ -451,7 +514,7 @@ def _friendly(error: jsonschema.ValidationError, label: str) -> str:
         "minLength": f"{label} is required." if limit == 1 else f"{label} needs at least {limit} characters.",
         "pattern": f"{label} does not have the expected format.",
         "enum": f"{label} must be one of: {', '.join(map(str, limit)) if isinstance(limit, list) else limit}.",
-        "type": f"{label} must be a {limit}.",
+        "type": f"{label} must be {_TYPE_WORDS.get(str(limit), limit)}.",
         "minimum": f"{label} must be at least {limit}.",
         "maximum": f"{label} must be at most {limit}.",
     }.get(str(error.validator), f"{label}: {error.message}")

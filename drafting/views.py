@@ -18,7 +18,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from drafting import selectors, services
+from drafting import checks, docformat, selectors, services
 from drafting.api import export_response, job_json
 from drafting.auth import api_token_create, api_token_list_for_user, api_token_revoke
 from drafting.forms import form_fields, post_text, values_from_post
@@ -104,6 +104,7 @@ class FragmentRow:
     status_display: str
     label: str
     hint: str
+    value: str  # the text as a person edits it (a JSON string's content unescaped)
 
     @property
     def description(self) -> str:
@@ -119,25 +120,24 @@ class FragmentRow:
         return self.kind == Fragment.Kind.TEXT and not self.text.strip()
 
     @classmethod
-    def of(cls, fragment: Fragment, field_labels: dict[str, str]) -> FragmentRow:
+    def of(cls, fragment: Fragment) -> FragmentRow:
         spec = fragment.spec or {}
-        label = field_labels.get(fragment.name) if fragment.kind == Fragment.Kind.FIELD else None
         return cls(
             id=fragment.id, position=fragment.position, kind=fragment.kind, name=fragment.name,
             text=fragment.text, locked=fragment.locked, status=fragment.status,
             status_display=fragment.get_status_display(),
-            label=str(label or spec.get("label") or fragment.name or "selected text"),
+            label=checks.fragment_display_label(fragment),
             hint=str(spec.get("hint") or ""),
+            value=docformat.unescape_for(fragment.text, spec.get("context", "")),
         )  # fmt: skip
 
 
 def _draft_context(draft: Draft, values: dict[str, Any] | None = None,
                    errors: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     latest = selectors.job_latest_for_draft(draft=draft)
-    labels = {f["name"]: f.get("label") or f["name"] for f in draft.template_version.fields}
     return {
         "draft": draft,
-        "fragments": [FragmentRow.of(f, labels) for f in draft.fragments.all()],
+        "fragments": [FragmentRow.of(f) for f in draft.fragments.all()],
         "fields": form_fields(draft.template_version.fields,
                               draft.values if values is None else values, errors or {}),
         "active_job": selectors.job_active_for_draft(draft=draft),
@@ -245,6 +245,7 @@ def draft_review(request: HttpRequest, draft_id: int) -> HttpResponse:
     context["accepted_current"] = (
         accepted is not None and accepted.text == selectors.draft_text(draft=draft)
     )
+    context["problems"] = checks.draft_document_violations(draft=draft)
     return render(request, "drafting/draft_review.html", context)
 
 

@@ -12,84 +12,9 @@ import pytest
 
 from drafting import services
 from drafting.models import Draft, DraftRevision, InfillJob
-from tests.drafting.helpers import REFERRAL_SOURCE
+from tests.browser.pages import job_id_of, log_in, span_card, watch_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-JOB_URL = re.compile(r".*/jobs/([0-9a-f-]{36})/$")
-FINAL = "succeeded, failed, cancelled"
-PASSWORD = "pw-alice-123"
-
-
-@pytest.fixture
-def alice(django_user_model: Any) -> Any:
-    from drafting.management.commands.load_demo import reviewers_group
-
-    alice = django_user_model.objects.create_user(username="alice", password=PASSWORD)
-    alice.groups.add(reviewers_group())  # a reviewer: she accepts the draft at the end
-    return alice
-
-
-@pytest.fixture
-def referral(db: Any) -> None:
-    services.template_version_create(
-        slug="referral", title="Referral letter", kind="referral_letter", source=REFERRAL_SOURCE,
-        description="A GP refers a patient to a specialist.",
-    )  # fmt: skip
-
-
-@pytest.fixture
-def slow_steps(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Slow each denoising step a little so a person (and a screenshot) can watch it."""
-    import time
-
-    from gpu_worker import pipeline as jobs
-
-    original = jobs._Progress.on_step
-
-    def on_step(self: Any, info: Any) -> None:
-        time.sleep(0.08)
-        original(self, info)
-
-    monkeypatch.setattr(jobs._Progress, "on_step", on_step)
-
-
-def log_in(page: Any, base: str) -> None:
-    page.goto(f"{base}/accounts/login/")
-    page.get_by_label("Username").fill("alice")
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{base}/")
-
-
-def job_id_of(page: Any) -> str:
-    page.wait_for_url(JOB_URL)
-    match = JOB_URL.match(page.url)
-    assert match is not None
-    return match.group(1)
-
-
-def watch_job(page: Any, job_id: str, start: Callable[[str], threading.Thread],
-              screenshot: Path | None = None) -> str:  # fmt: skip
-    """Run the job the page is showing and wait until the page reports its final state."""
-    thread = start(job_id)
-    if screenshot is not None:
-        page.wait_for_function(  # a step under way, or already over
-            "document.getElementById('step').textContent.includes(' of ') || "
-            f"'{FINAL}'.includes(document.getElementById('progress').dataset.state)",
-            timeout=120_000,
-        )
-        page.screenshot(path=str(screenshot), full_page=True)
-    page.wait_for_function(
-        f"'{FINAL}'.includes(document.getElementById('progress').dataset.state)", timeout=120_000
-    )
-    thread.join(timeout=120)
-    return str(page.locator("#progress").get_attribute("data-state"))
-
-
-def span_card(page: Any, label: str) -> Any:
-    return page.locator("li.span-card").filter(has=page.get_by_role("heading", name=label))
-
 
 def test_draft_a_referral_letter_from_login_to_export(
     live_server: Any, page: Any, alice: Any, referral: None, dispatched: list[str],

@@ -95,7 +95,7 @@ def test_create_draft_with_invalid_values_gives_a_message_per_field(
     response = post(token_client, "/api/v1/drafts", {"template": "referral", "values": bad})
     assert response.status_code == 400
     errors = response.json()["errors"]
-    assert "expected format" in errors["birth_date"]
+    assert "not a real date" in errors["birth_date"]
     assert "at most 60 characters" in errors["doctor"]
     assert not Draft.objects.exists()
 

@@ -83,7 +83,8 @@ def test_field_errors_name_each_bad_field() -> None:
     errors = field_errors({**VALUES, "doctor": "", "birth_date": "1961/04/17", "extra": "x"},
                           fields, max_field_length=2000)  # fmt: skip
     assert errors["doctor"] == "Referring to is required."
-    assert errors["birth_date"] == "Date of birth does not have the expected format."
+    assert errors["birth_date"] == (
+        "Date of birth is not a real date: use a calendar date as YYYY-MM-DD (e.g. 2025-02-28).")
     assert "Unknown fields" in errors["__all__"]
     assert field_errors(VALUES, fields, max_field_length=2000) == {}
 
@@ -99,7 +100,7 @@ def test_no_field_may_exceed_the_service_wide_length_limit() -> None:
 def test_number_fields_check_type_and_range() -> None:
     fields = [{"name": "age", "type": "integer", "label": "Age", "minimum": 0, "maximum": 130}]
     assert field_errors({"age": "forty"}, fields, max_field_length=10) == {
-        "age": "Age must be a integer."}  # fmt: skip
+        "age": "Age must be a whole number (digits only, e.g. 92000)."}  # fmt: skip
     assert field_errors({"age": 200}, fields, max_field_length=10) == {
         "age": "Age must be at most 130."}  # fmt: skip
 

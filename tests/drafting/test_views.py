@@ -59,7 +59,7 @@ def test_invalid_form_keeps_every_value_and_explains_each_field(
     assert response.status_code == 400
     html = text(response)
     assert "Patient name is required." in html
-    assert "Date of birth does not have the expected format." in html
+    assert "Date of birth is not a real date" in html
     assert "Referring to is too long: at most 60 characters." in html
     assert 'value="yesterday"' in html and 'value="Dr. Lea Martin"' in html
     assert "D" * 61 in html and "Mr Berg&#x27;s referral" in html

@@ -32,6 +32,7 @@ class Command(BaseCommand):
                 description=entry.get("description", ""),
                 source=(DEMO_DIR / f"{entry['slug']}.j2").read_text(),
                 route_hint=entry.get("route_hint", "auto"),
+                doc_format=entry.get("doc_format", "text"),
             )  # fmt: skip
             self.stdout.write(f"template {entry['slug']} v{version.number}")
         group = reviewers_group()

@@ -1,0 +1,81 @@
+"""What a person gets out: valid JSON records, real dates and numbers, exports that keep lines."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drafting.models import Draft
+from tests.browser.pages import job_id_of, log_in, span_card, watch_job
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+PATIENT = 'José "Pepe" Núñez'
+
+
+def accept_every_span(page: Any) -> None:
+    """Accept each provisional span on the review page, one card at a time."""
+    cards = page.locator("li.span-card.status-provisional")
+    while cards.count():
+        before = cards.count()
+        cards.first.get_by_role("button", name=re.compile(r"^Accept")).click()
+        page.wait_for_function(
+            f"document.querySelectorAll('li.span-card.status-provisional').length < {before}"
+        )
+
+
+def download_text(page: Any, link_name: str) -> str:
+    with page.expect_download() as download:
+        page.get_by_role("link", name=link_name).click()
+    return Path(download.value.path()).read_text(encoding="utf-8")
+
+
+def test_a_quoted_name_in_a_json_record_exports_as_valid_json(
+    live_server: Any, page: Any, alice: Any, demo_templates: None, dispatched: list[str],
+    job_in_background: Callable[[str], threading.Thread],
+) -> None:  # fmt: skip
+    base = live_server.url
+    log_in(page, base)
+    page.get_by_role("link", name="Clinic visit record (JSON)").click()
+    page.get_by_label("Patient name").fill(PATIENT)
+    page.get_by_label("Visit date").fill("2025-03-14")
+    page.get_by_role("button", name="Create draft").click()
+    page.wait_for_url(re.compile(r".*/drafts/\d+/$"))
+    draft = Draft.objects.get(owner=alice)
+
+    page.get_by_label("Preset").select_option("fast")
+    page.get_by_role("button", name="Fill unlocked").click()
+    assert watch_job(page, job_id_of(page), job_in_background) == "succeeded"
+    page.get_by_role("link", name="Review the text").click()
+    accept_every_span(page)
+    page.get_by_role("button", name=re.compile(r"^Accept (draft|this text)")).click()
+    assert "Accepted" in page.locator(".messages").inner_text()
+
+    record = json.loads(download_text(page, "Plain text (.txt)"))
+    assert record["patient"] == PATIENT
+    assert record["visit_date"] == "2025-03-14"
+
+    # A hand edit with quotes and a backslash stays inside its JSON string.
+    summary = span_card(page, "Summary")
+    summary.locator("summary", has_text="Edit by hand").click()
+    summary.get_by_label(re.compile("New text for")).fill('Said "fine" \\ no pain')
+    summary.get_by_role("button", name=re.compile("Save edit")).click()
+    page.get_by_role("button", name=re.compile(r"^Accept (draft|this text)")).click()
+    assert json.loads(download_text(page, "Plain text (.txt)"))["summary"] == 'Said "fine" \\ no pain'
+
+    # A bare value that breaks the record is refused, and the message says where.
+    weeks = span_card(page, "Follow up weeks")
+    weeks.locator("summary", has_text="Edit by hand").click()
+    weeks.get_by_label(re.compile("New text for")).fill("twelve")
+    weeks.get_by_role("button", name=re.compile("Save edit")).click()
+    assert page.get_by_role("button", name=re.compile(r"^Accept (draft|this text)")).is_disabled()
+    problems = page.locator("#accept-problems").inner_text()
+    assert "Follow up weeks" in problems and "form the template asks for" in problems
+    draft.refresh_from_db()
+    assert json.loads(draft.accepted_revision.text)["summary"] == 'Said "fine" \\ no pain'
