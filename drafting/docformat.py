@@ -134,6 +134,48 @@ def _grouped(value: float) -> str:
     return f"{int(whole):,}.{frac}"
 
 
+_GROUPED_NUMBER = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?")
+_CURRENCY_SIGNS = "$€£¥"
+_DAY_MONTH_YEAR = re.compile(r"(\d{1,2})(?:st|nd|rd|th)? ([A-Za-z]+),? (\d{4})")
+_MONTH_DAY_YEAR = re.compile(r"([A-Za-z]+) (\d{1,2})(?:st|nd|rd|th)?,? (\d{4})")
+
+
+def parse_number_text(text: str) -> str:
+    """A typed number without a leading currency sign or thousands commas ("$92,000" ->
+    "92000"); anything else comes back as typed, for the field check to refuse."""
+    stripped = text.strip()
+    bare = stripped[1:].strip() if stripped[:1] in _CURRENCY_SIGNS else stripped
+    if _GROUPED_NUMBER.fullmatch(bare):
+        return bare.replace(",", "")
+    return bare
+
+
+def parse_date_text(text: str) -> str:
+    """A typed date as YYYY-MM-DD when it is one ("2 May 2025", "May 2, 2025" too); anything
+    else comes back as typed, for the field check to refuse (a real calendar date only)."""
+    stripped = " ".join(text.split())
+    for regex, order in ((_DAY_MONTH_YEAR, "dmy"), (_MONTH_DAY_YEAR, "mdy")):
+        match = regex.fullmatch(stripped)
+        if match is None:
+            continue
+        parts = dict(zip(order, match.groups(), strict=True))
+        month = _month_number(parts["m"])
+        if month:
+            try:
+                return dt.date(int(parts["y"]), month, int(parts["d"])).isoformat()
+            except ValueError:
+                return stripped
+    return stripped
+
+
+def _month_number(name: str) -> int:
+    name = name.lower()
+    for number, month in enumerate(MONTHS, start=1):
+        if len(name) >= 3 and month.lower().startswith(name):
+            return number
+    return 0
+
+
 def escape_for(text: str, context: str, *, numeric: bool = False) -> str:
     """``text`` written where it stands. ``numeric``: a number field's display (bare in JSON)."""
     if context == CONTEXT_JSON_STRING:

@@ -8,6 +8,8 @@ anything is written, so nothing already saved is lost.
 from __future__ import annotations
 
 import difflib
+import math
+import re
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -114,20 +116,30 @@ def _clean_values(version: TemplateVersion, values: dict[str, Any]) -> dict[str,
             cleaned[name] = value  # reported by the schema as an unknown field
             continue
         if spec.get("type") in {"integer", "number"} and isinstance(value, str):
-            text = value.strip()
-            try:
-                cleaned[name] = int(text) if spec["type"] == "integer" else float(text)
-            except ValueError:
-                cleaned[name] = text  # reported as "must be a number"
+            text = docformat.parse_number_text(value)
+            cleaned[name] = _number_or_text(text, integer=spec["type"] == "integer")
             if text == "" and not spec.get("required", True):
                 cleaned.pop(name)
         elif isinstance(value, str):
             if value.strip() == "" and not spec.get("required", True):
                 continue
-            cleaned[name] = value.strip() if spec.get("type") != "textarea" else value
+            if spec.get("type") == "date":
+                cleaned[name] = docformat.parse_date_text(value)
+            else:
+                cleaned[name] = value.strip() if spec.get("type") != "textarea" else value
         else:
             cleaned[name] = value
     return cleaned
+
+
+def _number_or_text(text: str, *, integer: bool) -> int | float | str:
+    """The typed number, or the text itself (which the field check reports as not a number)."""
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    if integer or not re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text):
+        return text
+    number = float(text)
+    return number if math.isfinite(number) else text
 
 
 def draft_values_check(*, version: TemplateVersion, values: dict[str, Any]) -> dict[str, Any]:

@@ -79,3 +79,48 @@ def test_a_quoted_name_in_a_json_record_exports_as_valid_json(
     assert "Follow up weeks" in problems and "form the template asks for" in problems
     draft.refresh_from_db()
     assert json.loads(draft.accepted_revision.text)["summary"] == 'Said "fine" \\ no pain'
+
+
+OFFER = {"Company": "Northwind Analytics", "Candidate name": "Priya Shah",
+         "Job title": "Senior Data Engineer", "Manager": "Sam Okoro"}  # fmt: skip
+
+
+def as_typed(page: Any, label: str, text: str) -> None:
+    """Type ``text`` as a person would where the browser does not check it (a plain text box:
+    an older browser, a pasted value, a script): the server is the one that must say no."""
+    field = page.get_by_label(label)
+    field.evaluate("el => { el.type = 'text'; }")
+    field.fill(text)
+
+
+def test_an_offer_with_a_salary_in_words_and_impossible_dates_is_refused_and_kept(
+    live_server: Any, page: Any, alice: Any, demo_templates: None,
+) -> None:  # fmt: skip
+    base = live_server.url
+    log_in(page, base)
+    page.get_by_role("link", name="Job offer letter").click()
+    for label, text in OFFER.items():
+        page.get_by_label(label).fill(text)
+    as_typed(page, "Annual salary in US dollars", "ninety-two thousand")
+    as_typed(page, "Start date", "next month")
+    as_typed(page, "Date of the letter", "2025-02-30")
+    as_typed(page, "Reply by", "2031-13-45")
+    page.get_by_role("button", name="Create draft").click()
+
+    assert "must be a number" in page.locator("#field-salary-error").inner_text()
+    for name in ("start_date", "letter_date", "reply_by"):
+        assert "not a real date" in page.locator(f"#field-{name}-error").inner_text()
+    assert page.get_by_label("Candidate name").input_value() == "Priya Shah"
+    assert not Draft.objects.exists()
+
+    # Fixed, the letter reads the number and the dates the way a letter writes them.
+    page.get_by_label("Annual salary in US dollars").fill("92000")
+    page.get_by_label("Start date").fill("2025-03-03")
+    page.get_by_label("Date of the letter").fill("2025-02-28")
+    as_typed(page, "Reply by", "7 March 2025")  # a date written out is read as one
+    page.get_by_role("button", name="Create draft").click()
+    page.wait_for_url(re.compile(r".*/drafts/\d+/$"))
+    document = page.locator("#document").inner_text()
+    assert "$92,000 per year" in document and "start date will be 3 March 2025" in document
+    assert "Reply by: 7 March 2025" in document
+    assert Draft.objects.get().values["salary"] == 92000

@@ -335,3 +335,22 @@ def test_job_canvas_from_job_succeed_helper_is_applied(token_client: Client, dra
     job_succeed(job)
     assert "worsening exertional chest pain" in token_client.get(
         f"/api/v1/drafts/{draft.id}").json()["fragments"][7]["text"]
+
+
+@pytest.mark.parametrize("day", ["2025-02-30", "2031-13-45", "next month"])
+def test_an_impossible_date_is_refused_by_the_server(token_client: Client, version: Any,
+                                                     day: str) -> None:  # fmt: skip
+    response = post(token_client, "/api/v1/drafts",
+                    {"template": "referral", "values": {**VALUES, "birth_date": day}})  # fmt: skip
+    assert response.status_code == 400
+    assert "not a real date" in response.json()["errors"]["birth_date"]
+    assert not Draft.objects.exists()
+
+
+def test_a_date_written_out_is_stored_as_a_calendar_date(token_client: Client, version: Any
+                                                         ) -> None:  # fmt: skip
+    response = post(token_client, "/api/v1/drafts",
+                    {"template": "referral", "values": {**VALUES, "birth_date": "17 April 1961"}})
+    assert response.status_code == 201
+    assert response.json()["values"]["birth_date"] == "1961-04-17"
+    assert "born 17 April 1961" in "".join(f["text"] for f in response.json()["fragments"])
