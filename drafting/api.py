@@ -287,10 +287,51 @@ def _hole_labels(job: InfillJob) -> dict[str, str]:
     return labels
 
 
-def job_json(job: InfillJob) -> dict[str, Any]:
+def job_progress(job: InfillJob) -> dict[str, Any]:
+    """What a job has done, from its row. A succeeded job's progress is its result (every
+    position committed, the holes' final text), whatever the last throttled progress row said."""
     progress = job.progress or {}
     positions = int(progress.get("positions") or 0)
     committed = int(progress.get("committed") or 0)
+    holes: dict[str, Any] = progress.get("holes") or {}
+    step = int(progress.get("step") or 0)
+    max_steps = int(progress.get("max_steps") or 0)
+    result = job.result or {}
+    if job.state == InfillJob.State.SUCCEEDED and result:
+        final = {str(name): str(text) for name, text in (result.get("holes") or {}).items()}
+        holes = {name: {"stable": text, "provisional": text} for name, text in final.items()}
+        positions = positions or sum(int(s.get("max_tokens", 0))
+                                     for s in job.request.get("segments", []) if "hole" in s)
+        committed = positions
+        step = int(result.get("steps") or step)
+    share = round(committed / positions, 4) if positions else 0.0
+    if job.state == InfillJob.State.SUCCEEDED:
+        share = 1.0
+    return {
+        "attempt": int(progress.get("attempt") or 0),
+        "step": step,
+        "max_steps": max_steps,
+        "committed": committed,
+        "positions": positions,
+        "committed_share": share,
+        "holes": holes,
+        "provisional": True,
+        "step_text": _step_text(job.state, step, max_steps),
+    }
+
+
+def _step_text(state: str, step: int, max_steps: int) -> str:
+    """The step line a person reads: a budget is an upper bound, not a plan."""
+    if state == InfillJob.State.SUCCEEDED and step:
+        return f"{step} step{'s' if step != 1 else ''}"
+    if state in {InfillJob.State.FAILED, InfillJob.State.CANCELLED} and step:
+        return f"stopped at step {step}"
+    if step and max_steps:
+        return f"{step} (at most {max_steps})"
+    return "—"
+
+
+def job_json(job: InfillJob) -> dict[str, Any]:
     result = None
     if job.result:
         result = {**job.result, "provisional": True}
@@ -299,16 +340,7 @@ def job_json(job: InfillJob) -> dict[str, Any]:
         "route": job.route,
         "queue_position": selectors.queue_position(job=job),
         "cancel_requested": job.cancel_requested,
-        "progress": {
-            "attempt": int(progress.get("attempt") or 0),
-            "step": int(progress.get("step") or 0),
-            "max_steps": int(progress.get("max_steps") or 0),
-            "committed": committed,
-            "positions": positions,
-            "committed_share": round(committed / positions, 4) if positions else 0.0,
-            "holes": progress.get("holes") or {},
-            "provisional": True,
-        },
+        "progress": job_progress(job),
         "hole_labels": _hole_labels(job),
         "result": result,
         "reasons": job.reasons,

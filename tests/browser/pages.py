@@ -34,7 +34,7 @@ def watch_job(page: Any, job_id: str, start: Callable[[str], threading.Thread],
     thread = start(job_id)
     if screenshot is not None:
         page.wait_for_function(  # a step under way, or already over
-            "document.getElementById('step').textContent.includes(' of ') || "
+            "document.getElementById('step').textContent.includes('at most') || "
             f"'{FINAL}'.includes(document.getElementById('progress').dataset.state)",
             timeout=120_000,
         )

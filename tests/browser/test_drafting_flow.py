@@ -155,7 +155,7 @@ def test_progress_view_polls_stable_text_into_the_live_region(
     InfillJob.objects.filter(pk=job.pk).update(state="running", progress={
         "attempt": 0, "step": 5, "max_steps": 20, "committed": 10, "positions": 40,
         "holes": {hole: {"stable": "worsening chest", "provisional": "worsening chest pain at"}}})  # fmt: skip
-    page.wait_for_function("document.getElementById('step').textContent === '5 of 20'")
+    page.wait_for_function("document.getElementById('step').textContent === '5 (at most 20)'")
     live = page.locator("#stable")
     assert live.get_attribute("aria-live") == "polite"
     assert live.locator("h3").inner_text() == "Reason for referral"

@@ -175,7 +175,7 @@ def test_progress_page_shows_step_share_stable_text_and_a_marked_provisional_sna
         "attempt": 0, "step": 4, "max_steps": 16, "committed": 12, "positions": 48,
         "holes": {hole: {"stable": "worsening chest", "provisional": "worsening chest pain on"}}})  # fmt: skip
     html = text(client_in.get(f"/jobs/{job.id}/"))
-    assert "4 of 16" in html and "25%" in html
+    assert "4 (at most 16)" in html and "25%" in html
     stable = html.split('id="stable"', 1)[1].split("</div>\n  </div>", 1)[0]
     assert 'aria-live="polite"' in html.split('id="stable"', 1)[1][:120]
     assert "worsening chest" in stable and "Reason for referral" in stable

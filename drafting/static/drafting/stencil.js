@@ -175,7 +175,7 @@
       setText("state-text", STATE_TEXT[job.state] + (job.cancel_requested && !job.final ? " Cancelling…" : ""));
       setText("queue-position", job.state === "queued" ? String(job.queue_position + 1) : "—");
       var p = job.progress;
-      setText("step", p.max_steps ? p.step + " of " + p.max_steps : "—");
+      setText("step", p.step_text);
       setText("committed", Math.round(p.committed_share * 100) + "%");
       document.getElementById("committed-bar").value = p.committed_share;
       renderHoles(document.getElementById("stable"), p.holes, job.hole_labels, "stable", "stable-text");
