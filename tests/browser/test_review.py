@@ -1,0 +1,54 @@
+"""Reviewing and accepting: what the page says matches what the draft holds."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from drafting import services
+from drafting.models import Draft, TemplateVersion
+from tests.browser.pages import log_in, span_card
+from tests.drafting.helpers import VALUES, provisional_draft
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+ACCEPT_DRAFT = re.compile(r"^Accept (draft|this text)")
+
+
+def referral_draft(alice: Any) -> Draft:
+    version = TemplateVersion.objects.get(template__slug="referral")
+    return services.draft_create(owner=alice, version=version, values=dict(VALUES))
+
+
+def review(page: Any, base: str, draft: Draft) -> None:
+    log_in(page, base)
+    page.goto(f"{base}/drafts/{draft.id}/review/")
+
+
+def click_in_card(page: Any, label: str, button: str) -> None:
+    span_card(page, label).get_by_role("button", name=re.compile(f"^{button}")).click()
+    page.wait_for_load_state()
+
+
+def test_a_rejected_span_blocks_accepting_and_is_named(
+    live_server: Any, page: Any, alice: Any, referral: None, dispatched: list[str]
+) -> None:
+    draft = provisional_draft(referral_draft(alice), alice)
+    review(page, live_server.url, draft)
+    click_in_card(page, "Reason for referral", "Accept")
+    click_in_card(page, "Urgency", "Accept")
+    click_in_card(page, "Clinical summary", "Reject")
+    page.wait_for_function("!document.querySelector('li.span-card.status-provisional')")
+
+    accept = page.get_by_role("button", name=ACCEPT_DRAFT)
+    assert accept.is_disabled()
+    problems = page.locator("#accept-problems").inner_text()
+    assert "Clinical summary is empty" in problems
+    # A form sent anyway (another tab, no JavaScript) is refused with the same names.
+    page.evaluate("document.querySelector('#accept-form button').disabled = false")
+    accept.click()
+    assert "Clinical summary is empty" in page.locator(".messages").inner_text()
+    draft.refresh_from_db()
+    assert draft.accepted_revision is None
