@@ -238,6 +238,7 @@ def draft_json(draft: Draft) -> dict[str, Any]:
         "fields": version.fields,
         "fragments": [fragment_json(f) for f in draft.fragments.all()],
         "has_provisional": selectors.draft_has_provisional(draft=draft),
+        "status": selectors.draft_status(draft=draft),
         "accepted_revision": revision_json(draft.accepted_revision)
         if draft.accepted_revision
         else None,
@@ -258,6 +259,7 @@ def draft_summary_json(draft: Draft) -> dict[str, Any]:
         "template": draft.template_version.template.slug,
         "revision": draft.revision,
         "accepted": draft.accepted_revision_id is not None,
+        "status": selectors.draft_status(draft=draft),
         "updated": draft.updated.isoformat(),
     }
 
@@ -497,13 +499,18 @@ def draft_export(request: HttpRequest, draft_id: int) -> HttpResponse:
     fmt = request.GET.get("format", "txt")
     if fmt not in EXPORT_FORMATS:
         raise BadRequest("format must be txt or md", errors={"format": "txt or md"})
-    return export_response(draft, fmt)
+    which = request.GET.get("which", "current")
+    if which not in exports.EXPORT_WHICH:
+        raise BadRequest("which must be current or accepted", errors={"which": "current or accepted"})
+    return export_response(draft, fmt, which)
 
 
-def export_response(draft: Draft, fmt: str) -> HttpResponse:
-    content, content_type = exports.draft_export(draft=draft, fmt=fmt)
+def export_response(draft: Draft, fmt: str, which: str = "current") -> HttpResponse:
+    content, content_type = exports.draft_export(draft=draft, fmt=fmt, which=which)
     response = HttpResponse(content, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="draft-{draft.id}.{fmt}"'
+    suffix = f"-revision-{draft.accepted_revision.number}" if (
+        which == "accepted" and draft.accepted_revision) else ""
+    response["Content-Disposition"] = f'attachment; filename="draft-{draft.id}{suffix}.{fmt}"'
     return response
 
 

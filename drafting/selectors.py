@@ -40,7 +40,25 @@ def template_version_latest(*, template: DocumentTemplate) -> TemplateVersion:
 
 
 def draft_list_for_user(*, user: Any) -> QuerySet[Draft]:
-    return Draft.objects.filter(owner=user).select_related("template_version__template")
+    return (Draft.objects.filter(owner=user)
+            .select_related("template_version__template", "accepted_revision")
+            .prefetch_related("fragments"))  # fmt: skip
+
+
+DRAFT_STATUS_WORDS = {
+    "accepted": "accepted",
+    "changed": "changed since accepted",
+    "draft": "draft, not accepted",
+}
+
+
+def draft_status(*, draft: Draft) -> str:
+    """accepted (the text is the accepted revision's) | changed (edited after acceptance) |
+    draft (never accepted)."""
+    accepted = draft.accepted_revision
+    if accepted is None:
+        return "draft"
+    return "accepted" if accepted.text == draft_text(draft=draft) else "changed"
 
 
 def draft_get_for_user(*, user: Any, draft_id: int | str) -> Draft:

@@ -18,7 +18,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from drafting import checks, docformat, selectors, services
+from drafting import checks, docformat, exports, selectors, services
 from drafting.api import export_response, job_json
 from drafting.auth import api_token_create, api_token_list_for_user, api_token_revoke
 from drafting.forms import form_fields, post_text, values_from_post
@@ -53,8 +53,19 @@ def _int_or_none(raw: str | None) -> int | None:
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
     templates = [t for t in selectors.template_list() if t.latest_version() is not None]
-    drafts = selectors.draft_list_for_user(user=request.user)
+    drafts = [DraftRow(draft=d, status=selectors.draft_status(draft=d))
+              for d in selectors.draft_list_for_user(user=request.user)]  # fmt: skip
     return render(request, "drafting/home.html", {"templates": templates, "drafts": drafts})
+
+
+@dataclass(frozen=True)
+class DraftRow:
+    draft: Draft
+    status: str  # selectors.draft_status
+
+    @property
+    def status_words(self) -> str:
+        return selectors.DRAFT_STATUS_WORDS[self.status]
 
 
 @login_required
@@ -144,6 +155,7 @@ def _draft_context(draft: Draft, values: dict[str, Any] | None = None,
         "latest_job": latest,
         "presets": PRESET_CHOICES,
         "has_provisional": selectors.draft_has_provisional(draft=draft),
+        "status": selectors.draft_status(draft=draft),
     }  # fmt: skip
 
 
@@ -319,7 +331,14 @@ def draft_export(request: HttpRequest, draft_id: int, fmt: str) -> HttpResponse:
     draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
     if fmt not in {"txt", "md"}:
         raise Http404("no such export format")
-    return export_response(draft, fmt)
+    which = request.GET.get("which", "current")
+    if which not in exports.EXPORT_WHICH:
+        return HttpResponse("which must be current or accepted", status=400,
+                            content_type="text/plain; charset=utf-8")  # fmt: skip
+    try:
+        return export_response(draft, fmt, which)
+    except services.UserError as exc:
+        return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
 
 
 # -- jobs ------------------------------------------------------------------------------------

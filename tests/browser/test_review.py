@@ -52,3 +52,30 @@ def test_a_rejected_span_blocks_accepting_and_is_named(
     assert "Clinical summary is empty" in page.locator(".messages").inner_text()
     draft.refresh_from_db()
     assert draft.accepted_revision is None
+
+
+def test_a_value_edited_after_acceptance_is_no_longer_called_accepted(
+    live_server: Any, page: Any, alice: Any, referral: None, dispatched: list[str]
+) -> None:
+    from tests.browser.test_documents import download_text
+    from tests.drafting.helpers import reviewed_draft
+
+    draft = reviewed_draft(referral_draft(alice), alice)
+    services.draft_accept(draft=draft, expected_revision=draft.revision, user=alice)
+    base = live_server.url
+    log_in(page, base)
+    row = page.get_by_role("row").filter(has=page.get_by_role("link", name=draft.title))
+    assert "accepted" in row.inner_text()
+
+    page.goto(f"{base}/drafts/{draft.id}/")
+    page.get_by_label("Patient name").fill("Ada Berg")
+    page.get_by_role("button", name="Save values").click()
+    page.goto(f"{base}/")
+    assert "changed since accepted" in row.inner_text()
+
+    page.goto(f"{base}/drafts/{draft.id}/review/")
+    current = download_text(page, "Plain text (.txt)")
+    assert current.startswith("[DRAFT, NOT ACCEPTED: changed after revision")
+    assert "Ada Berg" in current
+    accepted = download_text(page, re.compile(r"^revision \d+ \(\.txt\)"))
+    assert accepted.startswith("Dear Dr. Imani Okafor,") and "Jonas Berg" in accepted

@@ -312,7 +312,7 @@ def test_export_txt_and_md_after_accept(client_in: Client, draft: Draft, user: A
 
 def test_export_before_accept_is_marked_not_accepted(client_in: Client, draft: Draft) -> None:
     body = client_in.get(f"/drafts/{draft.id}/export.txt").content.decode()
-    assert body.startswith("[NOT ACCEPTED")
+    assert body.startswith("[DRAFT, NOT ACCEPTED]")
 
 
 # -- forms, CSRF, ops -------------------------------------------------------------------------
