@@ -7,6 +7,7 @@ accepted revision itself can be exported by asking for it (``which="accepted"``)
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from drafting import selectors
@@ -14,6 +15,9 @@ from drafting.models import Draft
 from drafting.services import UserError
 
 EXPORT_WHICH = ("current", "accepted")
+MARKDOWN_HARD_BREAK = "  \n"  # two trailing spaces: CommonMark's portable hard line break
+_INLINE_SPECIAL = re.compile(r"([\\`*_\[\]<>|~])")
+_LINE_START_SPECIAL = re.compile(r"^(\s*)([#>+=-]|\d+[.)])")
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,31 @@ def export_text(*, draft: Draft, which: str = "current") -> ExportText:
     return ExportText(text, False, "Draft, not accepted")
 
 
+def markdown_inline(text: str) -> str:
+    """Plain text that Markdown shows as written: emphasis, code, links, HTML escaped."""
+    return _INLINE_SPECIAL.sub(r"\\\1", text)
+
+
+def text_as_markdown(text: str) -> str:
+    """A plain-text letter as Markdown that renders with its lines: each single line break is
+    a hard break (a letterhead, an address, a signature block), a blank line a paragraph, and
+    what Markdown would read as markup (a heading, a list, emphasis) is escaped."""
+    paragraphs = re.split(r"\n[ \t]*\n", text.strip("\n"))
+    out: list[str] = []
+    for paragraph in paragraphs:
+        lines = [_LINE_START_SPECIAL.sub(_escape_line_start, markdown_inline(line.rstrip()))
+                 for line in paragraph.split("\n")]  # fmt: skip
+        out.append(MARKDOWN_HARD_BREAK.join(lines))
+    return "\n\n".join(out)
+
+
+def _escape_line_start(match: re.Match[str]) -> str:
+    lead, mark = match.group(1), match.group(2)
+    if mark[0].isdigit():  # "1." starts a list: escape its dot
+        return f"{lead}{mark[:-1]}\\{mark[-1]}"
+    return f"{lead}\\{mark}"
+
+
 def draft_export(*, draft: Draft, fmt: str, which: str = "current") -> tuple[str, str]:
     """(content, content type) of the draft's text in ``fmt``."""
     chosen = export_text(draft=draft, which=which)
@@ -50,6 +79,10 @@ def draft_export(*, draft: Draft, fmt: str, which: str = "current") -> tuple[str
         header = "" if chosen.accepted else f"[{marked}]\n\n"
         return header + chosen.text, "text/plain; charset=utf-8"
     if fmt == "md":
-        return (f"# {draft.title}\n\n*{chosen.status}*\n\n{chosen.text}\n",
+        body = chosen.text
+        if draft.template_version.doc_format != "markdown":
+            body = text_as_markdown(body)
+        title = markdown_inline(draft.title)
+        return (f"# {title}\n\n*{chosen.status}*\n\n{body}\n",
                 "text/markdown; charset=utf-8")  # fmt: skip
     raise UserError(f"unknown export format {fmt!r}")

@@ -124,3 +124,26 @@ def test_an_offer_with_a_salary_in_words_and_impossible_dates_is_refused_and_kep
     assert "$92,000 per year" in document and "start date will be 3 March 2025" in document
     assert "Reply by: 7 March 2025" in document
     assert Draft.objects.get().values["salary"] == 92000
+
+
+OFFER_VALUES = {"company": "Northwind Analytics", "letter_date": "2025-02-28",
+                "reply_by": "2025-03-07", "candidate": "Priya Shah",
+                "role": "Senior Data Engineer", "salary": "92000", "start_date": "2025-03-03",
+                "manager": "Sam Okoro"}  # fmt: skip
+
+
+def test_the_markdown_export_keeps_the_letterhead_and_signature_lines(
+    live_server: Any, page: Any, alice: Any, demo_templates: None,
+) -> None:  # fmt: skip
+    from markdown_it import MarkdownIt
+
+    from drafting import services
+    from drafting.models import TemplateVersion
+
+    version = TemplateVersion.objects.filter(template__slug="offer-letter").first()
+    draft = services.draft_create(owner=alice, version=version, values=dict(OFFER_VALUES))
+    log_in(page, live_server.url)
+    page.goto(f"{live_server.url}/drafts/{draft.id}/review/")
+    html = MarkdownIt("commonmark").render(download_text(page, "Markdown (.md)"))
+    assert "Northwind Analytics<br />\n28 February 2025<br />\nReply by: 7 March 2025</p>" in html
+    assert "Yours sincerely,<br />\nSam Okoro<br />\nNorthwind Analytics</p>" in html
