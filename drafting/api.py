@@ -239,6 +239,7 @@ def draft_json(draft: Draft) -> dict[str, Any]:
         "fragments": [fragment_json(f) for f in draft.fragments.all()],
         "has_provisional": selectors.draft_has_provisional(draft=draft),
         "status": selectors.draft_status(draft=draft),
+        "latest_revision": getattr(selectors.draft_revision_list(draft=draft).first(), "number", 0),
         "accepted_revision": revision_json(draft.accepted_revision)
         if draft.accepted_revision
         else None,

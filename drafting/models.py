@@ -132,6 +132,16 @@ class DraftRevision(models.Model):
             models.UniqueConstraint(fields=["draft", "number"], name="unique_draft_revision")
         ]
 
+    REASON_WORDS = {
+        "created": "created", "infill": "model text filled in", "accept": "a span accepted",
+        "reject": "a span rejected", "edit": "edited by hand", "values": "form values changed",
+        "accepted": "the whole text accepted",
+    }  # fmt: skip
+
+    @property
+    def reason_words(self) -> str:
+        return self.REASON_WORDS.get(self.reason, self.reason)
+
     def save(self, *args: Any, **kwargs: Any) -> None:
         if self.pk is not None:
             raise ValueError("a draft revision is immutable once written")

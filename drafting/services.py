@@ -209,13 +209,17 @@ def draft_values_update(*, draft: Draft, values: dict[str, Any]) -> Draft:
     locked.values = cleaned
     locked.revision = F("revision") + 1
     locked.save(update_fields=["values", "revision", "updated"])
+    changed = False
     for fragment in locked.fragments.filter(kind=Fragment.Kind.FIELD):
         new_text = _field_text(locked.template_version, fragment.spec or {}, fragment.name,
                                cleaned)  # fmt: skip
         if fragment.text != new_text:
             fragment.text = new_text
             fragment.save(update_fields=["text"])
+            changed = True
     locked.refresh_from_db()
+    if changed:  # the text a person reads changed: that is a revision they can see and compare
+        draft_revision_record(draft=locked, reason="values", user=locked.owner)
     return locked
 
 

@@ -156,6 +156,7 @@ def _draft_context(draft: Draft, values: dict[str, Any] | None = None,
         "presets": PRESET_CHOICES,
         "has_provisional": selectors.draft_has_provisional(draft=draft),
         "status": selectors.draft_status(draft=draft),
+        "latest_revision": selectors.draft_revision_list(draft=draft).first(),
     }  # fmt: skip
 
 
@@ -321,7 +322,7 @@ def draft_accept(request: HttpRequest, draft_id: int) -> HttpResponse:
             "again if it is right.",
         )
     else:
-        messages.success(request, f"Accepted. Revision {revision.number} is final.")
+        messages.success(request, f"Accepted as revision {revision.number}: this text is final.")
     return redirect("drafting:draft_review", draft_id=draft.id)
 
 

@@ -82,7 +82,7 @@ def test_draft_a_referral_letter_from_login_to_export(
     stale_tab = page.context.new_page()
     stale_tab.goto(page.url)
     page.get_by_role("button", name=re.compile(r"Accept draft")).click()
-    assert "Accepted. Revision" in page.locator(".messages").inner_text()
+    assert "Accepted as revision" in page.locator(".messages").inner_text()
     assert page.locator("#accepted").is_visible()
     assert "has not changed since" in page.locator("#accept-state").inner_text()
     stale_tab.get_by_role("button", name=re.compile(r"Accept draft")).click()

@@ -79,3 +79,32 @@ def test_a_value_edited_after_acceptance_is_no_longer_called_accepted(
     assert "Ada Berg" in current
     accepted = download_text(page, re.compile(r"^revision \d+ \(\.txt\)"))
     assert accepted.startswith("Dear Dr. Imani Okafor,") and "Jonas Berg" in accepted
+
+
+def test_the_revision_a_page_names_is_the_newest_one_listed(
+    live_server: Any, page: Any, alice: Any, referral: None, dispatched: list[str]
+) -> None:
+    from tests.drafting.helpers import reviewed_draft
+
+    draft = reviewed_draft(referral_draft(alice), alice)
+    base = live_server.url
+    log_in(page, base)
+    page.goto(f"{base}/drafts/{draft.id}/")
+    for _ in range(2):  # locking changes no text: no revision, and no number moves
+        page.get_by_role("button", name="Unlock Urgency", exact=True).click()
+        page.get_by_role("button", name="Lock Urgency", exact=True).click()
+    page.get_by_label("Patient name").fill("Ada Berg")
+    page.get_by_role("button", name="Save values").click()
+    page.goto(f"{base}/drafts/{draft.id}/review/")
+
+    newest = page.locator("ol.revisions li").first.inner_text()
+    shown = page.locator("#draft-revision").inner_text()
+    assert newest.startswith(shown.capitalize() + ":"), (shown, newest)
+    assert "form values changed" in newest
+    page.get_by_role("button", name=ACCEPT_DRAFT).click()
+    number = re.search(r"Accepted as revision (\d+)", page.locator(".messages").inner_text())
+    assert number is not None
+    assert page.locator("#draft-revision").inner_text() == f"revision {number.group(1)}"
+    assert page.locator("#draft-status").inner_text() == "accepted"
+    assert page.locator("ol.revisions li").first.inner_text().startswith(
+        f"Revision {number.group(1)}: the whole text accepted")
