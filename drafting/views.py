@@ -189,15 +189,21 @@ def fragment_lock(request: HttpRequest, draft_id: int, fragment_id: int) -> Http
     fragment = selectors.fragment_get_for_user(user=request.user, draft=draft,
                                                fragment_id=fragment_id)  # fmt: skip
     locked = request.POST.get("locked") == "1"
-    services.fragment_lock_set(fragment=fragment, locked=locked)
+    try:
+        services.fragment_lock_set(fragment=fragment, locked=locked)
+    except services.UserError as exc:
+        messages.error(request, str(exc))
+        return _back(request, draft)
     what = fragment_label(fragment)
-    messages.success(request, f"{what} is now {'locked' if locked else 'unlocked'}.")
+    messages.success(request, f"{what} is now locked: the model never changes it." if locked
+                     else f"{what} is now unlocked: the model may rewrite it.")  # fmt: skip
     return _back(request, draft)
 
 
 def fragment_label(fragment: Fragment) -> str:
-    label = (fragment.spec or {}).get("label") or fragment.name
-    return f"“{label}”" if label else f"Fragment {fragment.position + 1}"
+    """A span's name in a message: its label in quotes (template text: its first words)."""
+    label = checks.fragment_display_label(fragment)
+    return label if label.startswith("“") else f"“{label}”"
 
 
 def _back(request: HttpRequest, draft: Draft) -> HttpResponseRedirect:

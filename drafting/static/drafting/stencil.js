@@ -186,7 +186,10 @@
         var list = document.getElementById("reason-list");
         list.innerHTML = "";
         job.reasons.forEach(function (r) { var li = document.createElement("li"); li.textContent = r; list.appendChild(li); });
-        document.getElementById("reasons").hidden = false;
+        setText("reasons-heading", job.state === "cancelled" ? "Why it was cancelled:" : "Why it failed:");
+        var box = document.getElementById("reasons");
+        box.classList.toggle("failed", job.state !== "cancelled");
+        box.hidden = false;
       }
       if (job.final) {
         document.getElementById("cancel-form").hidden = true;
