@@ -290,6 +290,18 @@ def _hole_labels(job: InfillJob) -> dict[str, str]:
     return labels
 
 
+def job_reasons_display(job: InfillJob, labels: dict[str, str] | None = None) -> list[str]:
+    """A job's reasons with each hole's internal name replaced by the span's name."""
+    labels = _hole_labels(job) if labels is None else labels
+    shown: list[str] = []
+    for reason in job.reasons:
+        text = str(reason)
+        for hole in sorted(labels, key=len, reverse=True):
+            text = text.replace(hole, labels[hole])
+        shown.append(text)
+    return shown
+
+
 def job_progress(job: InfillJob) -> dict[str, Any]:
     """What a job has done, from its row. A succeeded job's progress is its result (every
     position committed, the holes' final text), whatever the last throttled progress row said."""
@@ -335,6 +347,7 @@ def _step_text(state: str, step: int, max_steps: int) -> str:
 
 
 def job_json(job: InfillJob) -> dict[str, Any]:
+    labels = _hole_labels(job)
     result = None
     if job.result:
         result = {**job.result, "provisional": True}
@@ -344,9 +357,10 @@ def job_json(job: InfillJob) -> dict[str, Any]:
         "queue_position": selectors.queue_position(job=job),
         "cancel_requested": job.cancel_requested,
         "progress": job_progress(job),
-        "hole_labels": _hole_labels(job),
+        "hole_labels": labels,
         "result": result,
-        "reasons": job.reasons,
+        "reasons": job_reasons_display(job, labels),
+        "reason_codes": job.reasons,
         "attempts": len(job.attempts),
         "seed": job.seed,
         "config_sha256": job.config_sha256,

@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from drafting import checks, docformat, exports, selectors, services
-from drafting.api import export_response, job_json
+from drafting.api import export_response, job_json, job_reasons_display
 from drafting.auth import api_token_create, api_token_list_for_user, api_token_revoke
 from drafting.forms import form_fields, post_text, values_from_post
 from drafting.models import Draft, Fragment, InfillJob
@@ -153,6 +153,7 @@ def _draft_context(draft: Draft, values: dict[str, Any] | None = None,
                               draft.values if values is None else values, errors or {}),
         "active_job": selectors.job_active_for_draft(draft=draft),
         "latest_job": latest,
+        "latest_job_reasons": job_reasons_display(latest) if latest else [],
         "presets": PRESET_CHOICES,
         "has_provisional": selectors.draft_has_provisional(draft=draft),
         "status": selectors.draft_status(draft=draft),

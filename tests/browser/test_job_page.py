@@ -86,6 +86,11 @@ def test_pages_speak_plain_words_not_internal_names(
     page.wait_for_function("document.getElementById('progress').dataset.state === 'cancelled'")
     assert page.locator("#reasons").inner_text().startswith("Why it was cancelled:")
     assert "failed" not in page.locator("#reasons").inner_text()
+    InfillJob.objects.filter(pk=job.pk).update(state="failed", reasons=[
+        f"attempt 1 (diffusion): {hole}: longer than its 32 tokens"])  # fmt: skip
+    page.goto(f"{base}/jobs/{job.id}/")
+    reasons = " ".join(page.locator("#reasons").inner_text().split())
+    assert reasons == "Why it failed: attempt 1 (diffusion): Witness line: longer than its 32 tokens"
 
     # Template text is named by its words; a date in a letter reads as a date.
     version = TemplateVersion.objects.get(template__slug="referral")
