@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
 MAX_BODY_BYTES = 1_000_000  # 1 MB: larger request bodies are refused before they are read
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
-EXPORT_FORMATS = {"txt": "txt", "md": "md"}
 
 ApiView = Callable[..., HttpResponse]
 
@@ -512,8 +511,9 @@ def draft_accept(request: HttpRequest, draft_id: int) -> HttpResponse:
 def draft_export(request: HttpRequest, draft_id: int) -> HttpResponse:
     draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
     fmt = request.GET.get("format", "txt")
-    if fmt not in EXPORT_FORMATS:
-        raise BadRequest("format must be txt or md", errors={"format": "txt or md"})
+    if fmt not in exports.EXPORT_FORMATS:
+        choices = ", ".join(exports.EXPORT_FORMATS)
+        raise BadRequest(f"format must be one of {choices}", errors={"format": choices})
     which = request.GET.get("which", "current")
     if which not in exports.EXPORT_WHICH:
         raise BadRequest("which must be current or accepted", errors={"which": "current or accepted"})

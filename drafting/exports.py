@@ -1,4 +1,4 @@
-"""Exports of a draft: plain text and Markdown.
+"""Exports of a draft: plain text, Markdown, and letters as PDF and Word (drafting.letters).
 
 What a person sees as final is only what a person accepted: an export is the draft's current
 text, clean when that text is the accepted revision and marked as not accepted otherwise; the
@@ -71,9 +71,19 @@ def _escape_line_start(match: re.Match[str]) -> str:
     return f"{lead}\\{mark}"
 
 
-def draft_export(*, draft: Draft, fmt: str, which: str = "current") -> tuple[str, str]:
-    """(content, content type) of the draft's text in ``fmt``."""
+EXPORT_FORMATS = ("txt", "md", "pdf", "docx")
+DOCX_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+
+
+def draft_export(*, draft: Draft, fmt: str, which: str = "current") -> tuple[str | bytes, str]:
+    """(content, content type) of the draft's text in ``fmt`` (txt, md, pdf, docx)."""
     chosen = export_text(draft=draft, which=which)
+    if fmt in {"pdf", "docx"}:
+        from drafting.letters import letter_docx, letter_pdf
+
+        if fmt == "pdf":
+            return letter_pdf(chosen, title=draft.title), "application/pdf"
+        return letter_docx(chosen, title=draft.title), DOCX_TYPE
     if fmt == "txt":
         marked = chosen.status.replace("Draft, not accepted", "DRAFT, NOT ACCEPTED")
         header = "" if chosen.accepted else f"[{marked}]\n\n"

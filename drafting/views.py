@@ -337,7 +337,7 @@ def draft_accept(request: HttpRequest, draft_id: int) -> HttpResponse:
 @require_GET
 def draft_export(request: HttpRequest, draft_id: int, fmt: str) -> HttpResponse:
     draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
-    if fmt not in {"txt", "md"}:
+    if fmt not in exports.EXPORT_FORMATS:
         raise Http404("no such export format")
     which = request.GET.get("which", "current")
     if which not in exports.EXPORT_WHICH:

@@ -99,6 +99,16 @@ def test_draft_a_referral_letter_from_login_to_export(
     with page.expect_download() as md:
         page.get_by_role("link", name="Markdown (.md)").click()
     assert "Accepted revision" in Path(md.value.path()).read_text()
+    with page.expect_download() as pdf:
+        page.get_by_role("link", name="Letter as PDF (.pdf)").click()
+    from tests.drafting.test_exports import docx_of, pdf_text
+
+    letter = [line.strip() for line in pdf_text(Path(pdf.value.path()).read_bytes()).splitlines()]
+    assert letter[0] == "Dear Dr. Imani Okafor," and "DRAFT" not in letter
+    with page.expect_download() as docx:
+        page.get_by_role("link", name="Word document (.docx)").click()
+    paragraphs = [p.text for p in docx_of(Path(docx.value.path()).read_bytes()).paragraphs]
+    assert paragraphs[-1] == "Kind regards,\nDr. Lea Martin"
 
 
 def test_selecting_a_span_and_autosave_in_the_browser(

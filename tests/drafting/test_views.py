@@ -307,7 +307,7 @@ def test_export_txt_and_md_after_accept(client_in: Client, draft: Draft, user: A
     assert body.startswith("Dear Dr. Imani Okafor,") and "NOT ACCEPTED" not in body
     md = client_in.get(f"/drafts/{draft.id}/export.md").content.decode()
     assert md.startswith("# Referral letter") and "Accepted revision" in md
-    assert client_in.get(f"/drafts/{draft.id}/export.pdf").status_code == 404
+    assert client_in.get(f"/drafts/{draft.id}/export.odt").status_code == 404
 
 
 def test_export_before_accept_is_marked_not_accepted(client_in: Client, draft: Draft) -> None:
