@@ -216,3 +216,34 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class ProblemReport(models.Model):
+    """A person's report of a bad span: which span, why, and the audit incident it opened."""
+
+    class Reason(models.TextChoices):
+        WRONG = "wrong_facts", "it states something wrong or invented"
+        UNSAFE = "unsafe", "it is unsafe or harmful"
+        OFFENSIVE = "offensive", "it is offensive or inappropriate"
+        GARBLED = "garbled", "it is garbled or not a sentence"
+        IGNORED = "ignored_context", "it ignores the form's values or the template"
+        OTHER = "other", "something else (say what in the note)"
+
+    draft = models.ForeignKey(Draft, on_delete=models.CASCADE, related_name="problem_reports")
+    fragment = models.ForeignKey(
+        Fragment, null=True, blank=True, on_delete=models.SET_NULL, related_name="reports"
+    )
+    span_label = models.CharField(max_length=200)  # what the span was called when reported
+    reporter = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    reason = models.CharField(max_length=20, choices=Reason.choices)
+    note = models.TextField(blank=True)
+    incident = models.ForeignKey(
+        "audit.Incident", on_delete=models.PROTECT, db_constraint=False, related_name="+"
+    )
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"report {self.pk} on {self.span_label}"

@@ -21,9 +21,9 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from drafting import docformat
+from drafting.authoring import template_version_create  # noqa: F401 (re-exported)
 from drafting.checks import draft_document_violations, version_parse
 from drafting.models import (
-    DocumentTemplate,
     Draft,
     DraftRevision,
     Fragment,
@@ -35,7 +35,6 @@ from drafting.templating import (
     TemplateError,
     constraint_check,
     field_errors,
-    parse_template,
 )
 
 DRAFT_TITLE_MAX = 200
@@ -69,39 +68,6 @@ class AdmissionError(Exception):
 
 class ConflictError(Exception):
     """A compare-and-set lost: the draft changed since the person looked at it."""
-
-
-# -- templates ------------------------------------------------------------------------------
-@transaction.atomic
-def template_version_create(
-    *, slug: str, title: str, kind: str, source: str, description: str = "",
-    route_hint: str = "auto", user: Any = None, doc_format: str = "text",
-) -> TemplateVersion:  # fmt: skip
-    """Validate ``source`` and save it as the template's next version (creating the template)."""
-    parsed = parse_template(source, max_bytes=settings.STENCIL_MAX_TEMPLATE_BYTES,
-                            doc_format=doc_format)  # fmt: skip
-    if route_hint not in {"auto", "diffusion", "ar"}:
-        raise TemplateError(f"route hint {route_hint!r} is not auto, diffusion or ar")
-    template, _ = DocumentTemplate.objects.get_or_create(
-        slug=slug, defaults={"title": title, "kind": kind, "description": description}
-    )
-    template.title, template.kind, template.description = title, kind, description
-    template.save()
-    latest = template.versions.select_for_update().order_by("-number").first()
-    if latest is not None and (latest.source, latest.route_hint, latest.doc_format) == (
-        source, route_hint, doc_format
-    ):
-        return latest
-    return TemplateVersion.objects.create(
-        template=template,
-        number=(latest.number + 1) if latest else 1,
-        source=source,
-        fields=[f.to_json() for f in parsed.fields],
-        holes=[h.to_json() for h in parsed.holes],
-        route_hint=route_hint,
-        doc_format=doc_format,
-        created_by=user if getattr(user, "is_authenticated", False) else None,
-    )
 
 
 # -- drafts ---------------------------------------------------------------------------------

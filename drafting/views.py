@@ -7,7 +7,7 @@ CSRF token; every write redirects (post/redirect/get) with a message saying what
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.contrib import messages
@@ -18,11 +18,11 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from drafting import checks, docformat, exports, selectors, services
+from drafting import checks, docformat, exports, reports, selectors, services
 from drafting.api import export_response, job_json, job_reasons_display
 from drafting.auth import api_token_create, api_token_list_for_user, api_token_revoke
 from drafting.forms import form_fields, post_text, values_from_post
-from drafting.models import Draft, Fragment, InfillJob
+from drafting.models import Draft, Fragment, InfillJob, ProblemReport
 
 PRESET_CHOICES = [
     ("fast", "Fast — fewest steps"),
@@ -116,6 +116,8 @@ class FragmentRow:
     label: str
     hint: str
     value: str  # the text as a person edits it (a JSON string's content unescaped)
+    by_model: bool = False  # written by a model job (it can be reported)
+    reports: tuple[Any, ...] = ()  # this person's problem reports on it
 
     @property
     def description(self) -> str:
@@ -140,6 +142,7 @@ class FragmentRow:
             label=checks.fragment_display_label(fragment),
             hint=str(spec.get("hint") or ""),
             value=docformat.unescape_for(fragment.text, spec.get("context", "")),
+            by_model=fragment.job_id is not None,
         )  # fmt: skip
 
 
@@ -258,7 +261,20 @@ def fragment_regenerate(request: HttpRequest, draft_id: int) -> HttpResponse:
 @require_GET
 def draft_review(request: HttpRequest, draft_id: int) -> HttpResponse:
     draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    return render(request, "drafting/draft_review.html", _review_context(request, draft))
+
+
+def _review_context(request: HttpRequest, draft: Draft, *, report_form: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:  # fmt: skip
     context = _draft_context(draft)
+    by_fragment: dict[int, list[Any]] = {}
+    for report in reports.problem_reports_for_draft(draft=draft, user=request.user):
+        if report.fragment_id is not None:
+            by_fragment.setdefault(report.fragment_id, []).append(report)
+    context["fragments"] = [replace(row, reports=tuple(by_fragment.get(row.id, ())))
+                            for row in context["fragments"]]  # fmt: skip
+    context["report_reasons"] = ProblemReport.Reason.choices
+    context["report_form"] = report_form or {}
     context["diff_lines"] = _diff_lines(services.revision_diff(draft=draft))
     context["revisions"] = list(selectors.draft_revision_list(draft=draft)[:10])
     accepted = draft.accepted_revision
@@ -266,7 +282,28 @@ def draft_review(request: HttpRequest, draft_id: int) -> HttpResponse:
         accepted is not None and accepted.text == selectors.draft_text(draft=draft)
     )
     context["problems"] = checks.draft_document_violations(draft=draft)
-    return render(request, "drafting/draft_review.html", context)
+    return context
+
+
+@login_required
+@require_POST
+def fragment_report(request: HttpRequest, draft_id: int, fragment_id: int) -> HttpResponse:
+    """Report a problem with a span: it opens an incident on the run that wrote it."""
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    fragment = selectors.fragment_get_for_user(user=request.user, draft=draft,
+                                               fragment_id=fragment_id)  # fmt: skip
+    reason, note = post_text(request.POST, "reason"), post_text(request.POST, "note")
+    try:
+        report = reports.problem_report_create(fragment=fragment, user=request.user,
+                                               reason=reason, note=note)  # fmt: skip
+    except services.UserError as exc:
+        messages.error(request, f"Not reported: {exc}")
+        form = {"fragment": fragment.id, "reason": reason, "note": note, "errors": exc.errors}
+        context = _review_context(request, draft, report_form=form)
+        return render(request, "drafting/draft_review.html", context, status=400)
+    messages.success(request, f"Thank you: your report on {fragment_label(fragment)} is "
+                     f"incident {report.incident_id}, status {report.incident.status}.")
+    return redirect(f"{reverse('drafting:draft_review', args=[draft.id])}#span-{fragment.id}")
 
 
 def _diff_lines(diff: str) -> list[tuple[str, str]]:

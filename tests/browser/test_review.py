@@ -108,3 +108,38 @@ def test_the_revision_a_page_names_is_the_newest_one_listed(
     assert page.locator("#draft-status").inner_text() == "accepted"
     assert page.locator("ol.revisions li").first.inner_text().startswith(
         f"Revision {number.group(1)}: the whole text accepted")
+
+
+def test_a_reviewer_reports_a_bad_span_and_sees_its_incident_status(
+    live_server: Any, page: Any, alice: Any, referral: None, dispatched: list[str],
+) -> None:  # fmt: skip
+    from audit.models import Incident, RunRecord
+    from audit.services import incident_status_set
+    from gpu_worker.pipeline import job_run
+
+    draft = referral_draft(alice)
+    job = services.draft_infill_request(draft=draft, user=alice, preset="fast")
+    assert job_run(job_id=str(job.id), worker="report-test") == "succeeded"
+    review(page, live_server.url, draft)
+
+    card = span_card(page, "Clinical summary")
+    card.locator("summary", has_text="Report a problem").click()
+    card.get_by_label("Note (optional)").fill("Invents an ECG result")
+    card.get_by_role("button", name="Send report on Clinical summary").click()
+    card = span_card(page, "Clinical summary")
+    assert "Choose one of the reasons" in card.inner_text()
+    assert card.get_by_label("Note (optional)").input_value() == "Invents an ECG result"
+    assert not Incident.objects.exists()
+
+    card.get_by_label("It states something wrong or invented").check()
+    card.get_by_role("button", name="Send report on Clinical summary").click()
+    incident = Incident.objects.get()
+    run = RunRecord.objects.get(job_id=str(job.id))
+    assert (incident.kind, incident.run_id, incident.reporter_name) == ("user_report", run.pk,
+                                                                         "alice")  # fmt: skip
+    assert "Invents an ECG result" in incident.summary
+    assert f"incident {incident.pk} is open" in span_card(page, "Clinical summary").inner_text()
+
+    incident_status_set(incident=incident, status="investigating")
+    page.reload()
+    assert "is investigating" in span_card(page, "Clinical summary").inner_text()
