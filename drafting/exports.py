@@ -8,9 +8,9 @@ accepted revision itself can be exported by asking for it (``which="accepted"``)
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from drafting import selectors
+from drafting.letters import ExportText, letter_docx, letter_pdf
 from drafting.models import Draft
 from drafting.services import UserError
 
@@ -18,15 +18,6 @@ EXPORT_WHICH = ("current", "accepted")
 MARKDOWN_HARD_BREAK = "  \n"  # two trailing spaces: CommonMark's portable hard line break
 _INLINE_SPECIAL = re.compile(r"([\\`*_\[\]<>|~])")
 _LINE_START_SPECIAL = re.compile(r"^(\s*)([#>+=-]|\d+[.)])")
-
-
-@dataclass(frozen=True)
-class ExportText:
-    """The text to export and what it is."""
-
-    text: str
-    accepted: bool  # the text is an accepted revision's
-    status: str  # a line a person reads: "Accepted revision 4", "Draft, not accepted ..."
 
 
 def export_text(*, draft: Draft, which: str = "current") -> ExportText:
@@ -79,8 +70,6 @@ def draft_export(*, draft: Draft, fmt: str, which: str = "current") -> tuple[str
     """(content, content type) of the draft's text in ``fmt`` (txt, md, pdf, docx)."""
     chosen = export_text(draft=draft, which=which)
     if fmt in {"pdf", "docx"}:
-        from drafting.letters import letter_docx, letter_pdf
-
         if fmt == "pdf":
             return letter_pdf(chosen, title=draft.title), "application/pdf"
         return letter_docx(chosen, title=draft.title), DOCX_TYPE

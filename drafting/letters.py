@@ -8,10 +8,9 @@ revision is watermarked DRAFT on every page.
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-
-from drafting.exports import ExportText
 
 PAGE_MARGIN_PT = 64  # ~2.25 cm
 FONT_SIZE_PT = 11
@@ -23,6 +22,15 @@ WATERMARK_WORD = "DRAFT"
 FONT_NAME = "StencilSans"
 # DejaVu (Debian's fonts-dejavu) covers more scripts; ReportLab ships Vera, its ancestor.
 FONT_CANDIDATES = (Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"),)
+
+
+@dataclass(frozen=True)
+class ExportText:
+    """The text to export and what it is."""
+
+    text: str
+    accepted: bool  # the text is an accepted revision's
+    status: str  # a line a person reads: "Accepted revision 4", "Draft, not accepted ..."
 
 
 @lru_cache(maxsize=1)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from drafting.exports import DOCX_TYPE, EXPORT_FORMATS, EXPORT_WHICH
+from drafting.models import ProblemReport
+
 API_VERSION = "1.0.0"
+REPORT_REASONS = list(ProblemReport.Reason.values)
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -180,6 +184,18 @@ SCHEMAS: dict[str, Any] = {
             "cancel_requested": {"type": "boolean"},
         },
     },  # fmt: skip
+    "ProblemReport": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer"}, "draft": {"type": "integer"},
+            "fragment": {"type": ["integer", "null"]}, "span": {"type": "string"},
+            "reason": {"type": "string", "enum": REPORT_REASONS}, "note": {"type": "string"},
+            "incident": {"type": "integer"},
+            "status": {"type": "string", "enum": ["open", "investigating", "resolved",
+                                                  "dismissed"]},
+            "created": {"type": "string", "format": "date-time"},
+        },
+    },  # fmt: skip
     "Canvas": {
         "type": "object",
         "description": "Canvas JSON: text segments are locked, holes are filled by the model.",
@@ -259,6 +275,18 @@ def openapi_spec() -> dict[str, Any]:
                         body=_object({"start": {"type": "integer"}, "end": {"type": "integer"},
                                       "preset": PRESET})),
         },
+        "/api/v1/drafts/{draft_id}/fragments/{fragment_id}/report": {
+            "post": _op("Report a problem with a model-written span: opens an audit incident",
+                        _json(_ref("ProblemReport"), "The report"), 400, 404, status="201",
+                        params=[DRAFT_ID, FRAGMENT_ID],
+                        body=_object({"reason": {"type": "string", "enum": REPORT_REASONS},
+                                      "note": {"type": "string", "maxLength": 1000}},
+                                     ["reason"])),
+        },
+        "/api/v1/reports": {
+            "get": _op("My problem reports with their incidents' status", _json(_object(
+                {"reports": {"type": "array", "items": _ref("ProblemReport")}}), "Reports")),
+        },
         "/api/v1/drafts/{draft_id}/infill": {
             "post": _op("Fill every unlocked fragment (or the listed ones)", job_ok,
                         400, 404, 429, status="202", params=[DRAFT_ID],
@@ -277,13 +305,22 @@ def openapi_spec() -> dict[str, Any]:
                         body=_object({"revision": {"type": "integer"}}, ["revision"])),
         },
         "/api/v1/drafts/{draft_id}/export": {
-            "get": _op("Export the accepted text (or the working text, marked)", {
+            "get": _op("Export the draft's text: clean when it is the accepted revision, "
+                       "marked (PDF and Word: watermarked DRAFT) otherwise", {
                 "description": "The document",
                 "content": {"text/plain": {"schema": {"type": "string"}},
-                            "text/markdown": {"schema": {"type": "string"}}},
+                            "text/markdown": {"schema": {"type": "string"}},
+                            "application/pdf": {"schema": {"type": "string",
+                                                           "format": "binary"}},
+                            DOCX_TYPE: {"schema": {"type": "string", "format": "binary"}}},
             }, 400, 404, params=[DRAFT_ID, {"name": "format", "in": "query",
-                                            "schema": {"type": "string", "enum": ["txt", "md"],
-                                                       "default": "txt"}}]),
+                                            "schema": {"type": "string",
+                                                       "enum": list(EXPORT_FORMATS),
+                                                       "default": "txt"}},
+                                 {"name": "which", "in": "query", "description":
+                                  "current text, or the last accepted revision",
+                                  "schema": {"type": "string", "enum": list(EXPORT_WHICH),
+                                             "default": "current"}}]),
         },
         "/api/v1/infill": {
             "post": _op("Ad-hoc infill of Canvas JSON, without a template", job_ok, 400, 429,
