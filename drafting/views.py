@@ -201,7 +201,7 @@ def fragment_lock(request: HttpRequest, draft_id: int, fragment_id: int) -> Http
     what = fragment_label(fragment)
     messages.success(request, f"{what} is now locked: the model never changes it." if locked
                      else f"{what} is now unlocked: the model may rewrite it.")  # fmt: skip
-    return _back(request, draft)
+    return _back(request, draft, anchor=f"row-{fragment.id}")
 
 
 def fragment_label(fragment: Fragment) -> str:
@@ -210,11 +210,12 @@ def fragment_label(fragment: Fragment) -> str:
     return label if label.startswith("“") else f"“{label}”"
 
 
-def _back(request: HttpRequest, draft: Draft) -> HttpResponseRedirect:
-    """Back to the page the form was on (the draft page or its review page)."""
-    if request.POST.get("next") == "review":
-        return redirect("drafting:draft_review", draft_id=draft.id)
-    return redirect("drafting:draft_detail", draft_id=draft.id)
+def _back(request: HttpRequest, draft: Draft, anchor: str = "") -> HttpResponseRedirect:
+    """Back to the page the form was on (the draft page or its review page), at ``anchor``:
+    without JavaScript a person lands where they were, not at the top."""
+    name = "drafting:draft_review" if request.POST.get("next") == "review" else (
+        "drafting:draft_detail")
+    return HttpResponseRedirect(reverse(name, args=[draft.id]) + (f"#{anchor}" if anchor else ""))
 
 
 @login_required
@@ -241,11 +242,19 @@ def fragment_regenerate(request: HttpRequest, draft_id: int) -> HttpResponse:
     fragment = selectors.fragment_get_for_user(
         user=request.user, draft=draft, fragment_id=request.POST.get("fragment", "")
     )
+    start, end = _int_or_none(request.POST.get("start")), _int_or_none(request.POST.get("end"))
+    phrase = post_text(request.POST, "phrase")
+    if start is None and end is None and phrase.strip():  # words typed, not selected
+        start = fragment.text.find(phrase)
+        if start < 0:
+            messages.error(request, f"“{phrase}” is not in {fragment_label(fragment)}: type words "
+                           "exactly as they stand, or select them.")  # fmt: skip
+            return _back(request, draft, anchor=f"row-{fragment.id}")
+        end = start + len(phrase)
     try:
         job = services.fragment_regenerate(
             fragment=fragment, user=request.user, preset=request.POST.get("preset", "balanced"),
-            start=_int_or_none(request.POST.get("start")),
-            end=_int_or_none(request.POST.get("end")),
+            start=start, end=end,
         )  # fmt: skip
     except services.UserError as exc:
         messages.error(request, str(exc))
@@ -339,7 +348,8 @@ def fragment_review(request: HttpRequest, draft_id: int, fragment_id: int) -> Ht
     else:
         done = {"accept": "accepted", "reject": "rejected", "edit": "saved"}.get(action, action)
         messages.success(request, f"{fragment_label(fragment)} {done}.")
-    return redirect("drafting:draft_review", draft_id=draft.id)
+    return HttpResponseRedirect(reverse("drafting:draft_review", args=[draft.id])
+                                + f"#span-{fragment.id}")  # fmt: skip
 
 
 @login_required

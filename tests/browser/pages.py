@@ -48,3 +48,12 @@ def watch_job(page: Any, job_id: str, start: Callable[[str], threading.Thread],
 
 def span_card(page: Any, label: str) -> Any:
     return page.locator("li.span-card").filter(has=page.get_by_role("heading", name=label))
+
+
+def click_and_settle(page: Any, control: Any) -> None:
+    """Click a control whose form updates the page in place, and wait for the new regions."""
+    page.evaluate("""() => { window.stencilSwaps = 0;
+        document.addEventListener('stencil:regions', () => { window.stencilSwaps += 1; },
+                                  {once: true}); }""")
+    control.click()
+    page.wait_for_function("window.stencilSwaps > 0")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from drafting.models import Draft
-from tests.browser.pages import job_id_of, log_in, span_card, watch_job
+from tests.browser.pages import click_and_settle, job_id_of, log_in, span_card, watch_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -24,7 +24,7 @@ def accept_every_span(page: Any) -> None:
     cards = page.locator("li.span-card.status-provisional")
     while cards.count():
         before = cards.count()
-        cards.first.get_by_role("button", name=re.compile(r"^Accept")).click()
+        click_and_settle(page, cards.first.get_by_role("button", name=re.compile(r"^Accept")))
         page.wait_for_function(
             f"document.querySelectorAll('li.span-card.status-provisional').length < {before}"
         )
@@ -65,7 +65,7 @@ def test_a_quoted_name_in_a_json_record_exports_as_valid_json(
     summary = span_card(page, "Summary")
     summary.locator("summary", has_text="Edit by hand").click()
     summary.get_by_label(re.compile("New text for")).fill('Said "fine" \\ no pain')
-    summary.get_by_role("button", name=re.compile("Save edit")).click()
+    click_and_settle(page, summary.get_by_role("button", name=re.compile("Save edit")))
     page.get_by_role("button", name=re.compile(r"^Accept (draft|this text)")).click()
     assert json.loads(download_text(page, "Plain text (.txt)"))["summary"] == 'Said "fine" \\ no pain'
 
@@ -73,7 +73,7 @@ def test_a_quoted_name_in_a_json_record_exports_as_valid_json(
     weeks = span_card(page, "Follow up weeks")
     weeks.locator("summary", has_text="Edit by hand").click()
     weeks.get_by_label(re.compile("New text for")).fill("twelve")
-    weeks.get_by_role("button", name=re.compile("Save edit")).click()
+    click_and_settle(page, weeks.get_by_role("button", name=re.compile("Save edit")))
     assert page.get_by_role("button", name=re.compile(r"^Accept (draft|this text)")).is_disabled()
     problems = page.locator("#accept-problems").inner_text()
     assert "Follow up weeks" in problems and "form the template asks for" in problems

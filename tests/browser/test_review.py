@@ -9,7 +9,7 @@ import pytest
 
 from drafting import services
 from drafting.models import Draft, TemplateVersion
-from tests.browser.pages import log_in, span_card
+from tests.browser.pages import click_and_settle, log_in, span_card
 from tests.drafting.helpers import VALUES, provisional_draft
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -28,8 +28,8 @@ def review(page: Any, base: str, draft: Draft) -> None:
 
 
 def click_in_card(page: Any, label: str, button: str) -> None:
-    span_card(page, label).get_by_role("button", name=re.compile(f"^{button}")).click()
-    page.wait_for_load_state()
+    click_and_settle(page, span_card(page, label).get_by_role("button",
+                                                              name=re.compile(f"^{button}")))
 
 
 def test_a_rejected_span_blocks_accepting_and_is_named(
@@ -143,3 +143,65 @@ def test_a_reviewer_reports_a_bad_span_and_sees_its_incident_status(
     incident_status_set(incident=incident, status="investigating")
     page.reload()
     assert "is investigating" in span_card(page, "Clinical summary").inner_text()
+
+
+def test_review_actions_update_in_place_and_keep_focus_on_the_span(
+    live_server: Any, page: Any, browser: Any, alice: Any, referral: None, dispatched: list[str],
+) -> None:  # fmt: skip
+    draft = provisional_draft(referral_draft(alice), alice)
+    reason = draft.fragments.get(name="reason")
+    review(page, live_server.url, draft)
+    for name in ("Accept Reason for referral", "Reject Clinical summary", "Regenerate Urgency",
+                 "Save edit of Urgency", "Send report on Urgency"):  # fmt: skip
+        found = page.get_by_role("button", name=name, exact=True, include_hidden=True)
+        assert found.count() == 1, name  # (some stand in closed disclosures)
+    page.evaluate("window.stayedOnPage = true")
+    page.get_by_role("button", name="Accept Reason for referral").focus()
+    page.keyboard.press("Enter")
+    page.wait_for_function(f"document.activeElement.id === 'span-h-{reason.id}'")
+    assert page.evaluate("window.stayedOnPage") is True  # no reload: the regions were swapped
+    assert "accepted" in span_card(page, "Reason for referral").inner_text()
+    assert "“Reason for referral” accepted." in page.locator("#messages").inner_text()
+
+    page.goto(f"{live_server.url}/drafts/{draft.id}/")
+    page.evaluate("window.stayedOnPage = true")
+    page.get_by_role("button", name="Unlock Reason for referral").click()
+    page.wait_for_function(f"document.getElementById('lock-{reason.id}').ariaPressed === 'false'")
+    assert page.evaluate("document.activeElement.id") == f"lock-{reason.id}"  # the new button
+    assert page.evaluate("window.stayedOnPage") is True
+
+    # Without JavaScript the same forms work, and the page comes back at the span.
+    context = browser.new_context(java_script_enabled=False)
+    plain = context.new_page()
+    review(plain, live_server.url, draft)
+    plain.get_by_role("button", name="Accept Clinical summary").click()
+    summary = draft.fragments.get(name="summary")
+    assert plain.url.endswith(f"/review/#span-{summary.id}")
+    assert "accepted" in span_card(plain, "Clinical summary").inner_text()
+    context.close()
+
+
+def test_words_to_regenerate_are_chosen_from_the_keyboard(
+    live_server: Any, page: Any, alice: Any, referral: None, dispatched: list[str],
+) -> None:  # fmt: skip
+    from drafting.models import InfillJob
+    from tests.browser.pages import job_id_of
+
+    draft = referral_draft(alice)
+    log_in(page, live_server.url)
+    page.goto(f"{live_server.url}/drafts/{draft.id}/")
+    row = page.locator("li.fragment-row").filter(has_text="Kind regards")
+    row.locator("summary", has_text="Rewrite part").focus()
+    page.keyboard.press("Enter")  # opens the disclosure
+    box = row.get_by_label(re.compile("^Select the words to rewrite"))
+    box.focus()
+    page.keyboard.press("Control+Home")
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowDown")
+    for _ in range(4):
+        page.keyboard.press("Shift+ArrowRight")
+    assert row.get_by_label("Words to rewrite", exact=True).input_value() == "Kind"
+    row.get_by_role("button", name="Regenerate these words").focus()
+    page.keyboard.press("Enter")
+    job = InfillJob.objects.get(pk=job_id_of(page))
+    assert [draft.fragments.get(pk=t["fragment"]).text for t in job.target_fragments] == ["Kind"]

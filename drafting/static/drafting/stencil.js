@@ -96,7 +96,7 @@
       if (sel && sel.rangeCount && !sel.isCollapsed) {
         var range = sel.getRangeAt(0);
         var a = fragmentOf(range.startContainer), b = fragmentOf(range.endContainer);
-        if (a && a === b && !a.dataset.empty && doc.contains(a)) {
+        if (a && a === b && !a.dataset.empty && a.closest(".document[data-selectable=true]")) {
           var text = a.textContent;
           var s = range.startContainer.nodeType === 3 ? range.startOffset : 0;
           var e = range.endContainer.nodeType === 3 ? range.endOffset : text.length;
@@ -228,6 +228,7 @@
 
   // -- a form that must not be sent twice (the server's compare-and-set is the real guard) ----
   function setupOnce(form) {
+    form.setAttribute("data-once-ready", "");
     form.addEventListener("submit", function () {
       form.querySelectorAll("button[type=submit]").forEach(function (b) {
         setTimeout(function () { b.disabled = true; }, 0);
@@ -235,7 +236,79 @@
     });
   }
 
+  // -- choosing words to rewrite from the keyboard (a read-only text box keeps a selection) -----
+  function setupPartSelection() {
+    function sync(event) {
+      var box = event.target;
+      if (!(box instanceof HTMLTextAreaElement) || !box.hasAttribute("data-part-source")) { return; }
+      var form = box.form;
+      var text = box.value;
+      var s = box.selectionStart, e = box.selectionEnd;
+      if (e <= s) { return; }
+      form.querySelector("[data-part=start]").value = codePoints(text.slice(0, s));
+      form.querySelector("[data-part=end]").value = codePoints(text.slice(0, e));
+      form.querySelector("[data-part=phrase]").value = text.slice(s, e);
+    }
+    ["select", "keyup", "mouseup"].forEach(function (name) { document.addEventListener(name, sync); });
+    document.addEventListener("input", function (event) {
+      var input = event.target;
+      // The text to select from is not for typing in (a readonly box keeps no caret in every
+      // browser): an edit is undone at once.
+      if (input instanceof HTMLTextAreaElement && input.hasAttribute("data-part-source")) {
+        input.value = input.defaultValue;
+        return;
+      }
+      if (input instanceof HTMLInputElement && input.dataset.part === "phrase") {
+        input.form.querySelector("[data-part=start]").value = "";  // typed words: the server finds them
+        input.form.querySelector("[data-part=end]").value = "";
+      }
+    });
+  }
+
+  // -- partial page updates: lock / accept / reject / edit without a reload ---------------------
+  // A form marked data-partial is sent with fetch; the page the server answers with (the same
+  // one a browser without JavaScript gets after its redirect) replaces each [data-region] of
+  // this page, and focus returns to the form's data-focus element: a keyboard user keeps their
+  // place. Any failure falls back to an ordinary submit.
+  function swapRegions(html) {
+    var fresh = new DOMParser().parseFromString(html, "text/html");
+    document.querySelectorAll("[data-region]").forEach(function (region) {
+      var next = fresh.getElementById(region.id);
+      if (next) { region.replaceWith(document.importNode(next, true)); }
+    });
+  }
+
+  function setupPartial() {
+    document.addEventListener("submit", function (event) {
+      var form = event.target;
+      if (!(form instanceof HTMLFormElement) || !form.hasAttribute("data-partial") || !window.fetch) { return; }
+      if (form.dataset.sending === "true") { event.preventDefault(); return; }
+      event.preventDefault();
+      form.dataset.sending = "true";
+      var focusId = form.dataset.focus;
+      // getAttribute: a form with an input named "action" shadows form.action
+      fetch(form.getAttribute("action") || window.location.href, { method: "POST", body: new FormData(form), credentials: "same-origin",
+                           headers: { "X-Requested-With": "fetch" } })
+        .then(function (response) {
+          if (!response.ok && response.status !== 400) { throw new Error(String(response.status)); }
+          return response.text();
+        })
+        .then(function (html) {
+          swapRegions(html);
+          var target = focusId && document.getElementById(focusId);
+          if (target) { target.focus(); }
+          document.dispatchEvent(new CustomEvent("stencil:regions"));
+        })
+        .catch(function () { delete form.dataset.sending; form.submit(); });
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    setupPartial();
+    setupPartSelection();
+    document.addEventListener("stencil:regions", function () {
+      document.querySelectorAll("form[data-once]:not([data-once-ready])").forEach(setupOnce);
+    });
     var values = document.getElementById("values-form");
     if (values && values.dataset.autosaveUrl) { setupAutosave(values); }
     var doc = document.querySelector(".document[data-selectable=true]");
