@@ -435,9 +435,15 @@ def drafts(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"drafts": items})
 
 
-@api_endpoint("GET", "PATCH")
+@api_endpoint("GET", "PATCH", "DELETE")
 def draft_detail(request: HttpRequest, draft_id: int) -> HttpResponse:
     draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    if request.method == "DELETE":
+        try:
+            services.draft_delete(draft=draft)
+        except services.UserError as exc:
+            return error_response(str(exc), status=409)
+        return HttpResponse(status=204)
     if request.method == "PATCH":
         data = json_body(request, allowed={"values"}, required={"values"})
         values = _typed(data, "values", dict, "an object of field values")

@@ -256,6 +256,9 @@ def openapi_spec() -> dict[str, Any]:
             "patch": _op("Save field values (autosave); all are validated first", draft_ok,
                          400, 404, params=[DRAFT_ID],
                          body=_object({"values": {"type": "object"}}, ["values"])),
+            "delete": _op("Delete the draft with its revisions and jobs (not while an "
+                          "infill runs: 409)", {"description": "Deleted"}, 404, 409,
+                          status="204", params=[DRAFT_ID]),
         },
         "/api/v1/drafts/{draft_id}/fragments/{fragment_id}/lock": {
             "post": _op("Lock or unlock a fragment", fragment_ok, 400, 404,

@@ -231,6 +231,18 @@ def revision_diff(*, draft: Draft) -> str:
     )  # fmt: skip
 
 
+def draft_delete(*, draft: Draft) -> None:
+    """Delete a draft with its fragments, revisions and jobs (audit records stay)."""
+    with transaction.atomic():
+        locked = Draft.objects.select_for_update().filter(pk=draft.pk).first()
+        if locked is None:
+            return
+        if locked.jobs.exclude(state__in=InfillJob.FINAL_STATES).exists():
+            raise UserError("An infill for this draft is still running: cancel it or let it "
+                            "finish, then delete the draft.")  # fmt: skip
+        locked.delete()
+
+
 # -- fragments and review -------------------------------------------------------------------
 def _json_punctuation_check(fragment: Fragment) -> None:
     """A JSON record's keys and punctuation are template text: the model never rewrites them."""

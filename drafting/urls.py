@@ -13,6 +13,7 @@ urlpatterns = [
     path("templates/<slug:slug>/new/", views.draft_new, name="draft_new"),
     path("drafts/<int:draft_id>/", views.draft_detail, name="draft_detail"),
     path("drafts/<int:draft_id>/values/", views.draft_values, name="draft_values"),
+    path("drafts/<int:draft_id>/delete/", views.draft_delete, name="draft_delete"),
     path("drafts/<int:draft_id>/fill/", views.draft_fill, name="draft_fill"),
     path("drafts/<int:draft_id>/regenerate/", views.fragment_regenerate, name="fragment_regenerate"),
     path("drafts/<int:draft_id>/fragments/<int:fragment_id>/lock/", views.fragment_lock,

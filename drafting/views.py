@@ -187,6 +187,23 @@ def draft_values(request: HttpRequest, draft_id: int) -> HttpResponse:
 
 
 @login_required
+@require_http_methods(["GET", "POST"])
+def draft_delete(request: HttpRequest, draft_id: int) -> HttpResponse:
+    """GET asks to confirm; POST deletes and goes home."""
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    if request.method == "POST":
+        title = draft.title
+        try:
+            services.draft_delete(draft=draft)
+        except services.UserError as exc:
+            messages.error(request, f"Not deleted: {exc}")
+            return render(request, "drafting/draft_delete.html", {"draft": draft}, status=409)
+        messages.success(request, f"“{title}” was deleted.")
+        return redirect("drafting:home")
+    return render(request, "drafting/draft_delete.html", {"draft": draft})
+
+
+@login_required
 @require_POST
 def fragment_lock(request: HttpRequest, draft_id: int, fragment_id: int) -> HttpResponse:
     draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)

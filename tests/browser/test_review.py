@@ -205,3 +205,23 @@ def test_words_to_regenerate_are_chosen_from_the_keyboard(
     page.keyboard.press("Enter")
     job = InfillJob.objects.get(pk=job_id_of(page))
     assert [draft.fragments.get(pk=t["fragment"]).text for t in job.target_fragments] == ["Kind"]
+
+
+def test_stencil_explains_itself_and_a_draft_can_be_deleted(
+    live_server: Any, page: Any, alice: Any, referral: None,
+) -> None:  # fmt: skip
+    base = live_server.url
+    page.goto(f"{base}/")
+    about = page.locator("main").inner_text()
+    assert "Stencil drafts documents you can trust" in about and "provisional" in about
+    log_in(page, base)
+    steps = page.locator(".how").inner_text()
+    assert all(step in steps for step in ("1. Fill", "2. Review", "3. Accept"))
+
+    draft = referral_draft(alice)
+    page.reload()
+    page.get_by_role("link", name=f"Delete {draft.title}").click()
+    page.get_by_role("button", name="Delete the draft").click()
+    page.wait_for_url(f"{base}/")
+    assert f"“{draft.title}” was deleted." in page.locator(".messages").inner_text()
+    assert not Draft.objects.filter(pk=draft.pk).exists()

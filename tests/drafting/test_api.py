@@ -293,7 +293,7 @@ def test_wrong_types_and_unknown_fields_are_400_and_change_nothing(
 
 
 def test_wrong_method_is_405(token_client: Client, draft: Draft) -> None:
-    response = token_client.delete(f"/api/v1/drafts/{draft.id}")
+    response = token_client.put(f"/api/v1/drafts/{draft.id}")
     assert response.status_code == 405 and "GET" in response["Allow"]
 
 
@@ -354,3 +354,16 @@ def test_a_date_written_out_is_stored_as_a_calendar_date(token_client: Client, v
     assert response.status_code == 201
     assert response.json()["values"]["birth_date"] == "1961-04-17"
     assert "born 17 April 1961" in "".join(f["text"] for f in response.json()["fragments"])
+
+
+def test_deleting_a_draft_through_the_api_leaves_nothing_of_it(token_client: Client,
+                                                               draft: Draft, user: Any) -> None:
+    from drafting import services
+
+    job = services.draft_infill_request(draft=draft, user=user, preset="fast")
+    busy = token_client.delete(f"/api/v1/drafts/{draft.id}")
+    assert busy.status_code == 409 and Draft.objects.filter(pk=draft.pk).exists()
+    services.infill_job_cancel(job=job)
+    assert token_client.delete(f"/api/v1/drafts/{draft.id}").status_code == 204
+    assert not Draft.objects.filter(pk=draft.pk).exists()
+    assert token_client.get(f"/api/v1/drafts/{draft.id}").status_code == 404
