@@ -41,6 +41,9 @@ DRAFT_TITLE_MAX = 200
 MAX_SEED = 2**63 - 1  # a seed is stored in a signed 64-bit column
 CHARS_PER_TOKEN_ESTIMATE = 3  # sizing a hole for text a person unlocked: ~3 chars per token
 MIN_UNLOCKED_HOLE_TOKENS = 4
+# A regenerate asks for different text: a fresh seed alone changes nothing at temperature 0
+# (argmax), so it samples (SamplerConfig.temperature).
+REGENERATE_SAMPLER = {"temperature": 0.8}
 RUN_INFILL_TASK = "gpu_worker.tasks.run_infill"  # enqueued by name: the web app never imports the worker
 
 
@@ -531,13 +534,16 @@ def job_dispatch(*, job_id: str) -> None:
 
 
 def draft_infill_request(*, draft: Draft, user: Any, preset: str,
-                         fragment_ids: list[int] | None = None) -> InfillJob:  # fmt: skip
+                         fragment_ids: list[int] | None = None,
+                         sampler: dict[str, Any] | None = None) -> InfillJob:  # fmt: skip
     running = draft.jobs.filter(
         state__in=[InfillJob.State.QUEUED, InfillJob.State.RUNNING, InfillJob.State.VALIDATING]
     )
     if running.exists():
         raise UserError("an infill for this draft is already running; wait or cancel it")
     plan = draft_canvas_plan(draft=draft, fragment_ids=fragment_ids)
+    if sampler:
+        plan.request["sampler"] = dict(sampler)
     return infill_job_create(
         owner=user, request=plan.request, preset=preset, draft=draft, targets=plan.targets
     )
@@ -581,7 +587,8 @@ def fragment_regenerate(*, fragment: Fragment, user: Any, preset: str,
                         start: int | None = None, end: int | None = None) -> InfillJob:  # fmt: skip
     """Ask the model to rewrite one fragment, or the [start, end) span of it, and nothing else.
 
-    The split and the unlock are undone when the job cannot be queued (busy, admission).
+    It samples (REGENERATE_SAMPLER) under a fresh seed, so a person gets different text. The
+    split and the unlock are undone when the job cannot be queued (busy, admission).
     """
     if fragment.kind == Fragment.Kind.FIELD:
         raise UserError("this text is a form value: change it in the form instead")
@@ -594,5 +601,6 @@ def fragment_regenerate(*, fragment: Fragment, user: Any, preset: str,
         elif fragment.locked:
             fragment = fragment_lock_set(fragment=fragment, locked=False)
         return draft_infill_request(
-            draft=fragment.draft, user=user, preset=preset, fragment_ids=[fragment.id]
+            draft=fragment.draft, user=user, preset=preset, fragment_ids=[fragment.id],
+            sampler=REGENERATE_SAMPLER,
         )

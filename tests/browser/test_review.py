@@ -225,3 +225,26 @@ def test_stencil_explains_itself_and_a_draft_can_be_deleted(
     page.wait_for_url(f"{base}/")
     assert f"“{draft.title}” was deleted." in page.locator(".messages").inner_text()
     assert not Draft.objects.filter(pk=draft.pk).exists()
+
+
+def test_regenerating_a_span_gives_different_text(
+    live_server: Any, page: Any, alice: Any, referral: None, dispatched: list[str],
+    job_in_background: Any,
+) -> None:  # fmt: skip
+    from drafting.models import InfillJob
+    from tests.browser.pages import job_id_of, watch_job
+
+    draft = referral_draft(alice)
+    review(page, live_server.url, draft)
+    page.goto(f"{live_server.url}/drafts/{draft.id}/")
+    page.get_by_role("button", name="Fill unlocked").click()
+    assert watch_job(page, job_id_of(page), job_in_background) == "succeeded"
+    texts = [draft.fragments.get(name="summary").text]
+    for _ in range(2):
+        page.goto(f"{live_server.url}/drafts/{draft.id}/review/")
+        page.get_by_role("button", name="Regenerate Clinical summary").click()
+        job_id = job_id_of(page)
+        assert watch_job(page, job_id, job_in_background) == "succeeded"
+        assert InfillJob.objects.get(pk=job_id).config["temperature"] > 0
+        texts.append(draft.fragments.get(name="summary").text)
+    assert texts[1] != texts[2] and len(set(texts)) >= 2, texts
