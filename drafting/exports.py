@@ -12,7 +12,7 @@ import re
 from drafting import selectors
 from drafting.letters import ExportText, letter_docx, letter_pdf
 from drafting.models import Draft
-from drafting.services import UserError
+from drafting.errors import UserError
 
 EXPORT_WHICH = ("current", "accepted")
 MARKDOWN_HARD_BREAK = "  \n"  # two trailing spaces: CommonMark's portable hard line break

@@ -13,7 +13,7 @@ from django.db import transaction
 
 from drafting.checks import fragment_display_label
 from drafting.models import Fragment, ProblemReport
-from drafting.services import UserError
+from drafting.errors import UserError
 
 NOTE_MAX = 1000
 

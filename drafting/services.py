@@ -23,6 +23,7 @@ from django.utils import timezone
 from drafting import docformat
 from drafting.authoring import template_version_create  # noqa: F401 (re-exported)
 from drafting.checks import draft_document_violations, version_parse
+from drafting.errors import AdmissionError, ConflictError, UserError
 from drafting.models import (
     Draft,
     DraftRevision,
@@ -51,26 +52,6 @@ def rewrite_budget(text: str) -> int:
     """Hole size for rewriting ``text``: room for a rewrite about twice its estimated tokens."""
     estimate = 2 * len(text) // CHARS_PER_TOKEN_ESTIMATE + 2
     return min(MAX_HOLE_TOKENS, max(MIN_UNLOCKED_HOLE_TOKENS, estimate))
-
-
-class UserError(ValueError):
-    """Bad input from a person: the message is shown as is; nothing was written."""
-
-    def __init__(self, message: str, *, errors: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.errors = errors or {}
-
-
-class AdmissionError(Exception):
-    """Too much queued work; the caller answers 429 with Retry-After."""
-
-    def __init__(self, message: str, *, retry_after: int) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class ConflictError(Exception):
-    """A compare-and-set lost: the draft changed since the person looked at it."""
 
 
 # -- drafts ---------------------------------------------------------------------------------
