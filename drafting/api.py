@@ -18,14 +18,13 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 
-from drafting import checks, docformat, exports, reports, selectors, services
+from drafting import checks, docformat, exports, selectors, services
 from drafting.auth import AuthError, csrf_failure_reason, user_from_authorization
 from drafting.models import (
     Draft,
     DraftRevision,
     Fragment,
     InfillJob,
-    ProblemReport,
     TemplateVersion,
 )
 from drafting.services import MAX_SEED
@@ -486,39 +485,6 @@ def fragment_regenerate(request: HttpRequest, draft_id: int, fragment_id: int) -
         start=_typed(data, "start", int, "an integer"), end=_typed(data, "end", int, "an integer"),
     )  # fmt: skip
     return JsonResponse(job_json(job), status=202)
-
-
-def report_json(report: ProblemReport) -> dict[str, Any]:
-    return {
-        "id": report.id,
-        "draft": report.draft_id,
-        "fragment": report.fragment_id,
-        "span": report.span_label,
-        "reason": report.reason,
-        "note": report.note,
-        "incident": report.incident_id,
-        "status": report.incident.status,
-        "created": report.created.isoformat(),
-    }
-
-
-@api_endpoint("POST")
-def fragment_report(request: HttpRequest, draft_id: int, fragment_id: int) -> HttpResponse:
-    fragment = _fragment(request, draft_id, fragment_id)
-    data = json_body(request, allowed={"reason", "note"}, required={"reason"})
-    report = reports.problem_report_create(
-        fragment=fragment, user=request.user,
-        reason=_typed(data, "reason", str, "a string") or "",
-        note=_typed(data, "note", str, "a string") or "",
-    )  # fmt: skip
-    return JsonResponse(report_json(report), status=201)
-
-
-@api_endpoint("GET")
-def problem_reports(request: HttpRequest) -> HttpResponse:
-    """The signed-in person's reports, newest first, with their incidents' status."""
-    mine = ProblemReport.objects.filter(reporter=request.user).select_related("incident")[:100]
-    return JsonResponse({"reports": [report_json(r) for r in mine]})
 
 
 @api_endpoint("POST")

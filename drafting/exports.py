@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 
 from drafting import selectors
+from drafting.errors import UserError
 from drafting.letters import ExportText, letter_docx, letter_pdf
 from drafting.models import Draft
-from drafting.errors import UserError
 
 EXPORT_WHICH = ("current", "accepted")
 MARKDOWN_HARD_BREAK = "  \n"  # two trailing spaces: CommonMark's portable hard line break

@@ -12,8 +12,8 @@ from typing import Any
 from django.db import transaction
 
 from drafting.checks import fragment_display_label
-from drafting.models import Fragment, ProblemReport
 from drafting.errors import UserError
+from drafting.models import Fragment, ProblemReport
 
 NOTE_MAX = 1000
 

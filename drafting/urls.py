@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from drafting import api, views
+from drafting import api, api_reports, views
 
 app_name = "drafting"
 
@@ -43,9 +43,9 @@ api_urlpatterns = (
              name="fragment_review"),
         path("drafts/<int:draft_id>/fragments/<int:fragment_id>/regenerate",
              api.fragment_regenerate, name="fragment_regenerate"),
-        path("drafts/<int:draft_id>/fragments/<int:fragment_id>/report", api.fragment_report,
+        path("drafts/<int:draft_id>/fragments/<int:fragment_id>/report", api_reports.fragment_report,
              name="fragment_report"),
-        path("reports", api.problem_reports, name="reports"),
+        path("reports", api_reports.problem_reports, name="reports"),
         path("drafts/<int:draft_id>/infill", api.draft_infill, name="draft_infill"),
         path("drafts/<int:draft_id>/revisions", api.draft_revisions, name="draft_revisions"),
         path("drafts/<int:draft_id>/accept", api.draft_accept, name="draft_accept"),
