@@ -20,6 +20,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from drafting import checks, docformat, exports, selectors, services
 from drafting.auth import AuthError, csrf_failure_reason, user_from_authorization
+from drafting.authoring import user_is_template_author
 from drafting.models import (
     Draft,
     DraftRevision,
@@ -386,24 +387,28 @@ def job_json(job: InfillJob) -> dict[str, Any]:
 @api_endpoint("GET", "POST")
 def templates(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
-        if not request.user.is_staff:
-            raise PermissionDenied("only staff may create templates")
+        if not user_is_template_author(request.user):
+            raise PermissionDenied("only template authors may create templates")
         data = json_body(
             request,
-            allowed={"slug", "title", "kind", "source", "description", "route_hint", "doc_format"},
+            allowed={"slug", "title", "kind", "source", "description", "route_hint", "doc_format",
+                     "publish"},
             required={"slug", "title", "kind", "source"},
         )
+        publish = _typed(data, "publish", bool, "true or false")
         for name in data:
-            _typed(data, name, str, "a string")
+            if name != "publish":
+                _typed(data, name, str, "a string")
         version = services.template_version_create(
             slug=data["slug"], title=data["title"], kind=data["kind"], source=data["source"],
             description=data.get("description") or "",
             route_hint=data.get("route_hint") or "auto", user=request.user,
-            doc_format=data.get("doc_format") or "text",
+            doc_format=data.get("doc_format") or "text", publish=publish is not False,
         )  # fmt: skip
         return JsonResponse(template_json(version, source=True), status=201)
     items = [
-        template_json(v) for t in selectors.template_list() if (v := t.latest_version()) is not None
+        template_json(t.published_version) for t in selectors.template_list_live()
+        if t.published_version is not None
     ]
     return JsonResponse({"templates": items})
 
@@ -411,8 +416,13 @@ def templates(request: HttpRequest) -> HttpResponse:
 @api_endpoint("GET")
 def template_detail(request: HttpRequest, slug: str) -> HttpResponse:
     template = selectors.template_get(slug=slug)
-    version = selectors.template_version_latest(template=template)
-    return JsonResponse(template_json(version, source=True))
+    if user_is_template_author(request.user):  # authors see their newest, published or not
+        version = selectors.template_version_latest(template=template)
+    else:
+        version = selectors.template_version_live(template=template)
+    data = template_json(version, source=True)
+    data["published"] = template.published_version_id == version.pk
+    return JsonResponse(data)
 
 
 # -- drafts ----------------------------------------------------------------------------------
@@ -426,7 +436,7 @@ def drafts(request: HttpRequest) -> HttpResponse:
         values = _typed(data, "values", dict, "an object of field values") or {}
         title = _typed(data, "title", str, "a string") or ""
         template = selectors.template_get(slug=slug)
-        version = selectors.template_version_latest(template=template)
+        version = selectors.template_version_live(template=template)
         draft = services.draft_create(owner=request.user, version=version, values=values,
                                       title=title)  # fmt: skip
         return JsonResponse(draft_json(draft), status=201)

@@ -18,9 +18,14 @@ class DocumentTemplate(models.Model):
     kind = models.CharField(max_length=60, help_text="document kind, e.g. referral_letter")
     description = models.TextField(blank=True)
     created = models.DateTimeField(auto_now_add=True)
+    # The version new drafts use; None = unpublished (not offered to people).
+    published_version = models.ForeignKey(
+        "TemplateVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["title"]
+        permissions = [("author_template", "Can write and publish templates (template author)")]
 
     def __str__(self) -> str:
         return self.title

@@ -32,6 +32,19 @@ def template_get(*, slug: str) -> DocumentTemplate:
         raise Http404("no such template") from exc
 
 
+def template_version_live(*, template: DocumentTemplate) -> TemplateVersion:
+    """The published version new drafts use (404 while the template is unpublished)."""
+    version = template.published_version
+    if version is None:
+        raise Http404("the template is not published")
+    return version
+
+
+def template_list_live() -> list[DocumentTemplate]:
+    return list(DocumentTemplate.objects.filter(published_version__isnull=False)
+                .select_related("published_version").order_by("title"))  # fmt: skip
+
+
 def template_version_latest(*, template: DocumentTemplate) -> TemplateVersion:
     version = template.latest_version()
     if version is None:

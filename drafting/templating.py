@@ -400,9 +400,11 @@ def parse_template(source: str, *, max_bytes: int = 65536, doc_format: str = "te
         _check_constructs(tree)
         rendered = env.from_string(source).render()
     except TemplateSyntaxError as exc:
-        raise TemplateError(f"line {exc.lineno}: {exc.message}") from exc
-    except TemplateError:
-        raise
+        line = exc.lineno or 0
+        raise TemplateError(f"line {line}: {exc.message}", line=line,
+                            column=_tag_column(source, line)) from exc
+    except TemplateError as exc:
+        raise _located(exc, source) from exc
     except Exception as exc:  # sandbox violations and type errors in arguments
         raise TemplateError(f"the template could not be read: {exc}") from exc
     fields = [recorder.fields[name] for name in recorder.field_order]
@@ -412,11 +414,92 @@ def parse_template(source: str, *, max_bytes: int = 65536, doc_format: str = "te
     pairs = [(p.kind, p.text) for p in pieces]
     contexts = slot_contexts(pairs, doc_format)
     if doc_format == "json":
-        problem = json_skeleton_error(json_skeleton(pairs, contexts))
+        skeleton = json_skeleton(pairs, contexts)
+        problem = json_skeleton_error(skeleton)
         if problem is not None:
-            raise TemplateError(problem.message)
+            line, column = _skeleton_position(source, pieces, skeleton, problem)
+            raise TemplateError(f"line {line}, column {column}: {problem.message}" if line
+                                else problem.message, line=line, column=column)  # fmt: skip
     return ParsedTemplate(fields=fields, holes=recorder.holes, pieces=pieces,
                           doc_format=doc_format, contexts=contexts)  # fmt: skip
+
+
+_LINE_PREFIX = re.compile(r"^line (\d+)")
+_NAMED = re.compile(r"^(field|infill)(?: name)? '([^']+)'")
+
+
+def _position(source: str, offset: int) -> tuple[int, int]:
+    """1-based (line, column) of a character offset in ``source``."""
+    before = source[:offset]
+    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
+
+
+def _tag_column(source: str, line: int) -> int:
+    """The column of the first tag on ``line`` (1 when it has none or the line is unknown)."""
+    lines = source.split("\n")
+    if not 1 <= line <= len(lines):
+        return 0 if line == 0 else 1
+    found = [i for i in (lines[line - 1].find("{%"), lines[line - 1].find("{{")) if i >= 0]
+    return min(found) + 1 if found else 1
+
+
+def _located(exc: TemplateError, source: str) -> TemplateError:
+    """The same error with a line and column: from "line N" in its message, or where the
+    field or infill it names is declared."""
+    if exc.line:
+        return exc
+    message = str(exc)
+    prefix = _LINE_PREFIX.match(message)
+    if prefix:
+        line = int(prefix.group(1))
+        return TemplateError(message, line=line, column=_tag_column(source, line))
+    named = _NAMED.match(message)
+    if named:
+        kind, name = named.groups()
+        pattern = (rf"field\(\s*[\"']{re.escape(name)}[\"']" if kind == "field"
+                   else rf"infill\s+[\"']{re.escape(name)}[\"']")  # fmt: skip
+        match = re.search(pattern, source)
+        if match:
+            tag = max(source.rfind("{{", 0, match.start()), source.rfind("{%", 0, match.start()))
+            line, column = _position(source, tag if tag >= 0 else match.start())
+            return TemplateError(f"line {line}: {message}", line=line, column=column)
+    return exc
+
+
+def _skeleton_position(source: str, pieces: list[Piece], skeleton: str,
+                       problem: Any) -> tuple[int, int]:  # fmt: skip
+    """Where in ``source`` a JSON error found in the skeleton is: the text pieces stand in the
+    source verbatim and in order, so the error's offset inside its piece maps back."""
+    lines = skeleton.split("\n")
+    if not 1 <= problem.line <= len(lines):
+        return 0, 0
+    offset = sum(len(x) + 1 for x in lines[: problem.line - 1]) + problem.column - 1
+    cursor_skeleton = cursor_source = 0
+    slot = 0
+    for piece in pieces:
+        if piece.kind == "text":
+            at = source.find(piece.text, cursor_source)
+            if at < 0:
+                return 0, 0
+            if cursor_skeleton <= offset < cursor_skeleton + len(piece.text) or not piece.text:
+                return _position(source, at + offset - cursor_skeleton)
+            cursor_skeleton += len(piece.text)
+            cursor_source = at + len(piece.text)
+        else:
+            width = len(skeleton) if slot < 0 else _slot_width(skeleton, cursor_skeleton)
+            if cursor_skeleton <= offset < cursor_skeleton + width:
+                return _position(source, cursor_source)
+            cursor_skeleton += width
+            slot += 1
+    return _position(source, min(cursor_source, len(source)))
+
+
+def _slot_width(skeleton: str, start: int) -> int:
+    """Length of the slot stand-in that starts at ``start`` of the skeleton."""
+    end = skeleton.find("\ue003", start)
+    if end < 0:
+        return 0
+    return end - start + 1 + (1 if skeleton[start] == '"' else 0)
 
 
 def _split(rendered: str, fields: list[FieldSpec], holes: list[HoleSpec]) -> list[Piece]:

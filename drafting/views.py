@@ -52,7 +52,7 @@ def _int_or_none(raw: str | None) -> int | None:
 @login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    templates = [t for t in selectors.template_list() if t.latest_version() is not None]
+    templates = selectors.template_list_live()
     drafts = [DraftRow(draft=d, status=selectors.draft_status(draft=d))
               for d in selectors.draft_list_for_user(user=request.user)]  # fmt: skip
     return render(request, "drafting/home.html", {"templates": templates, "drafts": drafts})
@@ -72,7 +72,7 @@ class DraftRow:
 @require_http_methods(["GET", "POST"])
 def draft_new(request: HttpRequest, slug: str) -> HttpResponse:
     template = selectors.template_get(slug=slug)
-    version = selectors.template_version_latest(template=template)
+    version = selectors.template_version_live(template=template)
     values: dict[str, Any] = {}
     errors: dict[str, str] = {}
     title = template.title

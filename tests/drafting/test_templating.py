@@ -117,3 +117,15 @@ def test_plain_text_around_a_field_is_locked_byte_for_byte(text: str) -> None:
     texts = [p.text for p in parsed.pieces if p.kind == "text"]
     assert "".join(texts) == text + text
     assert [p.kind for p in parsed.pieces if p.kind != "text"] == ["field"]
+
+
+def test_an_error_carries_the_line_and_column_of_its_tag() -> None:
+    def where(source: str, doc_format: str = "text") -> tuple[int, int]:
+        with pytest.raises(TemplateError) as info:
+            parse_template(source, doc_format=doc_format)
+        return info.value.line, info.value.column
+
+    assert where('Dear {{ field("name") }},\n\n  {% for x in y %}{% endfor %}') == (3, 3)
+    assert where('Hi {{ field("a") }}\nBye {% infill "b", max_tokens=4 %}x') == (2, 5)
+    assert where('Dear\n  {{ field("Bad Name") }}') == (2, 3)
+    assert where('{"a": "{{ field("a") }}",\n "b" 1}', "json") == (2, 6)
