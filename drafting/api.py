@@ -103,7 +103,8 @@ def _translate_errors(view: ApiView, request: HttpRequest, *args: Any, **kwargs:
     except services.UserError as exc:
         return error_response(str(exc), status=400, errors=exc.errors)
     except TemplateError as exc:
-        return error_response(str(exc), status=400, errors={"source": str(exc)})
+        return JsonResponse({"error": str(exc), "errors": {"source": str(exc)},
+                             "line": exc.line, "column": exc.column}, status=400)
     except Http404 as exc:
         return error_response(str(exc) or "not found", status=404)
     except PermissionDenied as exc:

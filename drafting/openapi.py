@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from drafting.docformat import DOC_FORMATS
 from drafting.exports import DOCX_TYPE, EXPORT_FORMATS, EXPORT_WHICH
 from drafting.models import ProblemReport
 
 API_VERSION = "1.0.0"
 REPORT_REASONS = list(ProblemReport.Reason.values)
+DOC_FORMAT = {"type": "string", "enum": list(DOC_FORMATS), "default": "text"}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -61,6 +63,7 @@ def _path_param(name: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 DRAFT_ID = _path_param("draft_id", {"type": "integer"})
+SLUG = _path_param("slug", {"type": "string"})
 FRAGMENT_ID = _path_param("fragment_id", {"type": "integer"})
 JOB_ID = _path_param("job_id", {"type": "string", "format": "uuid"})
 PRESET = {"type": "string", "enum": ["fast", "balanced", "careful"], "default": "balanced"}
@@ -184,6 +187,18 @@ SCHEMAS: dict[str, Any] = {
             "cancel_requested": {"type": "boolean"},
         },
     },  # fmt: skip
+    "TemplateCheck": {
+        "type": "object",
+        "properties": {
+            "ok": {"type": "boolean"},
+            "errors": {"type": "array", "items": _object({
+                "message": {"type": "string"}, "line": {"type": "integer"},
+                "column": {"type": "integer"}})},
+            "fields": {"type": "array"}, "holes": {"type": "array"},
+            "pieces": {"type": "array"},
+            "document_schema": {"type": ["object", "null"]},
+        },
+    },  # fmt: skip
     "ProblemReport": {
         "type": "object",
         "properties": {
@@ -230,18 +245,56 @@ def openapi_spec() -> dict[str, Any]:
         "/api/v1/templates": {
             "get": _op("Document templates (latest versions)", _json(_object(
                 {"templates": {"type": "array", "items": _ref("Template")}}), "Templates")),
-            "post": _op("Save a template's next version (staff)",
+            "post": _op("Save a template's next version and publish it unless publish is "
+                        "false (template authors)",
                         _json(_ref("Template"), "The saved version"), 400, 403, status="201",
                         body=_object({
                             "slug": {"type": "string"}, "title": {"type": "string"},
                             "kind": {"type": "string"}, "source": {"type": "string"},
                             "description": {"type": "string"},
                             "route_hint": {"type": "string", "enum": ["auto", "diffusion", "ar"]},
+                            "doc_format": DOC_FORMAT, "publish": {"type": "boolean"},
                         }, ["slug", "title", "kind", "source"])),
         },
         "/api/v1/templates/{slug}": {
             "get": _op("One template with its source", _json(_ref("Template"), "The template"),
                        404, params=[_path_param("slug", {"type": "string"})]),
+        },
+        "/api/v1/templates/preview": {
+            "post": _op("Check a template source (template authors): what it makes, or its "
+                        "error with line and column", _json(_ref("TemplateCheck"), "Valid"),
+                        400, 403, body=_object({"source": {"type": "string"},
+                                                "doc_format": DOC_FORMAT}, ["source"])),
+        },
+        "/api/v1/templates/{slug}/versions": {
+            "get": _op("A template's versions, newest first (template authors)", _json(_object({
+                "versions": {"type": "array", "items": _ref("Template")},
+                "published": {"type": ["integer", "null"]}}), "Versions"), 403, 404,
+                params=[SLUG]),
+            "post": _op("Save the next version (unpublished unless publish is true)",
+                        _json(_ref("Template"), "The saved version"), 400, 403, 404,
+                        status="201", params=[SLUG], body=_object({
+                            "source": {"type": "string"}, "doc_format": DOC_FORMAT,
+                            "title": {"type": "string"}, "kind": {"type": "string"},
+                            "description": {"type": "string"}, "publish": {"type": "boolean"},
+                        }, ["source"])),
+        },
+        "/api/v1/templates/{slug}/versions/{number}": {
+            "get": _op("One version and the unified diff from ?against=M (default: the one "
+                       "before)", _json(_ref("Template"), "The version with diff"), 403, 404,
+                       params=[SLUG, _path_param("number", {"type": "integer"}),
+                               {"name": "against", "in": "query",
+                                "schema": {"type": "integer"}}]),
+        },
+        "/api/v1/templates/{slug}/publish": {
+            "post": _op("Publish a version: new drafts use it", _json(_ref("Template"), "It"),
+                        400, 403, 404, params=[SLUG],
+                        body=_object({"version": {"type": "integer"}}, ["version"])),
+        },
+        "/api/v1/templates/{slug}/unpublish": {
+            "post": _op("Unpublish: nobody starts a new draft of it", _json(_object({
+                "slug": {"type": "string"}, "published": {"type": "null"}}), "Unpublished"),
+                403, 404, params=[SLUG]),
         },
         "/api/v1/drafts": {
             "get": _op("My drafts", _json(_object(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from drafting import api, api_reports, views
+from drafting import api, api_reports, api_templates, editor, views
 
 app_name = "drafting"
 
@@ -27,6 +27,15 @@ urlpatterns = [
     path("drafts/<int:draft_id>/export.<str:fmt>", views.draft_export, name="draft_export"),
     path("jobs/<uuid:job_id>/", views.job_detail, name="job_detail"),
     path("jobs/<uuid:job_id>/cancel/", views.job_cancel, name="job_cancel"),
+    path("authoring/", editor.template_list, name="template_list"),
+    path("authoring/new/", editor.template_edit, name="template_new"),
+    path("authoring/preview/", editor.template_preview, name="template_preview"),
+    path("authoring/<slug:slug>/", editor.template_edit, name="template_edit"),
+    path("authoring/<slug:slug>/versions/<int:number>/", editor.template_version,
+         name="template_version"),
+    path("authoring/<slug:slug>/publish/", editor.template_publish, name="template_publish"),
+    path("authoring/<slug:slug>/unpublish/", editor.template_unpublish,
+         name="template_unpublish"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke/", views.token_revoke, name="token_revoke"),
 ]  # fmt: skip
@@ -34,7 +43,16 @@ urlpatterns = [
 api_urlpatterns = (
     [
         path("templates", api.templates, name="templates"),
+        path("templates/preview", api_templates.template_preview, name="template_preview"),
         path("templates/<slug:slug>", api.template_detail, name="template_detail"),
+        path("templates/<slug:slug>/versions", api_templates.template_versions,
+             name="template_versions"),
+        path("templates/<slug:slug>/versions/<int:number>", api_templates.template_version,
+             name="template_version"),
+        path("templates/<slug:slug>/publish", api_templates.template_publish,
+             name="template_publish"),
+        path("templates/<slug:slug>/unpublish", api_templates.template_unpublish,
+             name="template_unpublish"),
         path("drafts", api.drafts, name="drafts"),
         path("drafts/<int:draft_id>", api.draft_detail, name="draft_detail"),
         path("drafts/<int:draft_id>/fragments/<int:fragment_id>/lock", api.fragment_lock,

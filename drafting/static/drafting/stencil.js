@@ -265,6 +265,33 @@
     });
   }
 
+  // -- the template editor's live preview (POST the source; the server renders the preview) ----
+  function setupEditor(form) {
+    var url = form.dataset.previewUrl;
+    var status = document.getElementById("preview-status");
+    var timer = null;
+    function refresh() {
+      var body = new FormData();
+      body.append("source", form.querySelector("[name=source]").value);
+      body.append("doc_format", form.querySelector("[name=doc_format]").value);
+      body.append("csrfmiddlewaretoken", csrfToken());
+      fetch(url, { method: "POST", body: body, credentials: "same-origin" })
+        .then(function (r) { return r.text().then(function (html) { return { ok: r.ok, html: html }; }); })
+        .then(function (answer) {
+          swapRegions(answer.html);
+          var source = form.querySelector("[name=source]");
+          if (answer.ok) { source.removeAttribute("aria-invalid"); } else { source.setAttribute("aria-invalid", "true"); }
+          status.textContent = answer.ok ? "Preview updated." : "The preview shows what to fix.";
+        })
+        .catch(function () { status.textContent = "The preview could not be updated."; });
+    }
+    form.addEventListener("input", function () {
+      clearTimeout(timer);
+      status.textContent = "Checking…";
+      timer = setTimeout(refresh, 500);
+    });
+  }
+
   // -- partial page updates: lock / accept / reject / edit without a reload ---------------------
   // A form marked data-partial is sent with fetch; the page the server answers with (the same
   // one a browser without JavaScript gets after its redirect) replaces each [data-region] of
@@ -306,6 +333,8 @@
   document.addEventListener("DOMContentLoaded", function () {
     setupPartial();
     setupPartSelection();
+    var editor = document.getElementById("editor-form");
+    if (editor && editor.dataset.previewUrl) { setupEditor(editor); }
     document.addEventListener("stencil:regions", function () {
       document.querySelectorAll("form[data-once]:not([data-once-ready])").forEach(setupOnce);
     });
