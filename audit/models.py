@@ -18,7 +18,11 @@ from django.db import models
 
 from audit.canonical import canonical_json, sha256_hex
 
-RUN_RECORD_SCHEMA_VERSION = 1
+# The run record body's schema version (audit.runbody), written into every new record. A record
+# is read by the rules of its own version: 1 (Stencil 0.1.0) by audit.legacy, where it differs.
+# 2: stencil.outcome.trace_sha256 is the head of the stored trace's chain (the one chain of
+# gpu_worker.engine.trace), and trace_chain_head, which repeated it, is gone.
+RUN_RECORD_SCHEMA_VERSION = 2
 
 
 class AppendOnlyError(Exception):

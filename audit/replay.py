@@ -1,29 +1,25 @@
-"""Replay: re-run the sampler from a run record and compare the traces step by step.
+"""Replay: re-run the engine from a run record and compare the traces step by step.
 
-Kept Django-light: it reads a RunRecord's stored JSON and calls the gpu_worker runner of the
-recorded route. A different weights hash, tokenizer, runtime (torch, Python, device), code
-revision or batch makes the replay *approximate*: it still runs, and the report says why.
+Kept Django-light: it reads a RunRecord's stored JSON and calls the engine's one entry point
+(:func:`gpu_worker.engine.run.run`) on the route that produced the outcome. A record is read
+by the rules of its schema_version (:mod:`audit.legacy` for version 1). A different weights
+hash, tokenizer, runtime (torch, Python, device), code revision or batch makes the replay
+*approximate*: it still runs, and the report says why.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from audit import legacy
 from audit.canonical import sha256_hex
-from audit.runbody import OutcomeLike, device_label, runtime_info
+from audit.runbody import runtime_info
 from audit.trace import Divergence, trace_compare, trace_hash
+from gpu_worker.engine.outcome import ROUTES, Outcome
 
-# route -> "module:function[,function...]": the first function the module has is the runner
-RUNNERS: dict[str, str] = {
-    "diffusion": "gpu_worker.engine.infill:infill_request",
-    "ar": "gpu_worker.engine.ar:infill_request_ar,ar_infill_request",
-}
 _RUNTIME_KEYS = ("torch", "torch_cuda", "python", "device", "git_revision", "stencil")
 
 
@@ -72,32 +68,6 @@ class ReplayReport:
         }
 
 
-def runner_for(route: str) -> Callable[..., OutcomeLike]:
-    target = RUNNERS.get(route) or (RUNNERS["ar"] if route.startswith("ar") else None)
-    if target is None:
-        raise ReplayError(f"route {route!r} has no replay runner (known: {sorted(RUNNERS)})")
-    module_name, names = target.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ReplayError(f"the {route} route's sampler {module_name} is unavailable") from exc
-    for name in names.split(","):
-        runner: Callable[..., OutcomeLike] | None = getattr(module, name, None)
-        if runner is not None:
-            return runner
-    raise ReplayError(f"{module_name} has none of {names}")
-
-
-def _call_runner(
-    runner: Callable[..., OutcomeLike], loaded: Any, request: dict[str, Any], config: Any,
-    device: Any,
-) -> OutcomeLike:  # fmt: skip
-    """Call with ``device`` only where the runner takes one (the AR route moves nothing)."""
-    if "device" in inspect.signature(runner).parameters:
-        return runner(loaded, request, config=config, device=device)
-    return runner(loaded, request, config=config)
-
-
 def _pick_device(recorded: str) -> tuple[str, str | None]:
     """A torch device for a recorded device label ("cpu", "cuda:0" or "cuda:<GPU name>")."""
     import torch
@@ -132,14 +102,17 @@ def replay_run(
     import torch
 
     from gpu_worker.engine.backends import load_backend
+    from gpu_worker.runtime import device_name
 
     model = body["stencil.model"]
     runtime = body["stencil.runtime"]
+    route = str(body["stencil.outcome_route"])  # the engine's route ("shadow-ar" ran "ar")
+    if route not in ROUTES:
+        raise ReplayError(f"route {route!r} has no replay runner (known: {list(ROUTES)})")
     device, device_note = _pick_device(str(runtime.get("device", "cpu")))
     model_dir = Path(model["dir"])
     if not (model_dir / "model.safetensors").is_file():
         raise ReplayError(f"the recorded model directory {model_dir} is not on this machine")
-    runner = runner_for(str(body["stencil.route"]))
     loaded = load_backend(model_dir, device=device)
 
     reasons: list[str] = [device_note] if device_note else []
@@ -153,7 +126,7 @@ def replay_run(
             f"tokenizer sha256 differs: recorded {_short(model['tokenizer_sha256'])}, "
             f"now {_short(loaded.tokenizer_sha256)}"
         )
-    now = runtime_info(device_label(torch.device(device)))
+    now = runtime_info(device_name(torch.device(device)))
     for key in _RUNTIME_KEYS:
         if runtime.get(key) != now.get(key):
             reasons.append(f"{key} differs: recorded {runtime.get(key)}, now {now.get(key)}")
@@ -163,19 +136,12 @@ def replay_run(
     if batch_size > 1 and not rebatch:
         reasons.append(f"recorded in a batch of {batch_size}, replayed alone")
 
-    replay_request = {**request, "seed": body["stencil.generator"]["seed"]}
-    config = _sampler_config(body["stencil.sampler"]["config"])
-    if rebatch and batch_requests is not None:
-        from gpu_worker.engine.infill import infill_batch
-
-        batched = infill_batch(loaded, batch_requests, config=config, device=torch.device(device))
-        row = batched[int(position)]
-        if isinstance(row, ValueError):
-            raise ReplayError(f"the recorded batch cannot be re-run: {row}")
-        outcome: OutcomeLike = row
-    else:
-        outcome = _call_runner(runner, loaded, replay_request, config, torch.device(device))
-
+    outcome = _rerun(
+        route, loaded, _sampler_config(body["stencil.sampler"]["config"]),
+        batch_requests if rebatch and batch_requests is not None
+        else [{**request, "seed": body["stencil.generator"]["seed"]}],
+        int(position) if rebatch and position is not None else 0,
+    )  # fmt: skip
     replayed = trace_hash(outcome.trace)
     divergence = trace_compare(trace, replayed)
     recorded_out = body["stencil.outcome"]
@@ -186,8 +152,8 @@ def replay_run(
         notes.append("output document hash differs")
     if int(outcome.forward_passes) != int(recorded_out["forward_passes"]):
         notes.append(f"forward passes {recorded_out['forward_passes']} -> {outcome.forward_passes}")
-    if outcome.trace_sha256 != recorded_out["trace_sha256"] and divergence is None:
-        notes.append("the sampler's own trace sha256 differs")
+    if _trace_sha256(body, outcome) != recorded_out["trace_sha256"] and divergence is None:
+        notes.append("the outcome's trace sha256 differs")
     return ReplayReport(
         run_id=run_id,
         identical=divergence is None and not notes,
@@ -199,6 +165,27 @@ def replay_run(
         steps_replayed=len(replayed),
         device=device,
     )
+
+
+def _rerun(route: str, loaded: Any, config: Any, requests: list[dict[str, Any]],
+           position: int) -> Outcome:  # fmt: skip
+    """The outcome of ``requests[position]``, re-run with all of ``requests`` as one batch."""
+    from gpu_worker.engine.run import run_batch
+
+    try:
+        row = run_batch(route, loaded, requests, config)[position]
+    except ValueError as exc:  # the model no longer fits the route
+        raise ReplayError(f"the recorded run cannot be re-run: {exc}") from exc
+    if isinstance(row, ValueError):
+        raise ReplayError(f"the recorded request cannot be re-run: {row}")
+    return row
+
+
+def _trace_sha256(body: dict[str, Any], outcome: Outcome) -> str:
+    """The replayed outcome's trace head, by the rules of the record's schema version."""
+    if int(body.get("schema_version", legacy.SCHEMA_VERSION)) == legacy.SCHEMA_VERSION:
+        return legacy.engine_trace_sha256_v1(outcome.trace)
+    return outcome.trace_sha256
 
 
 def replay_record(*, run_id: str, body: str, request: str, trace: str,

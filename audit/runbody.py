@@ -1,7 +1,11 @@
 """The run record body: what reproduces a run, under OpenTelemetry GenAI names where they exist.
 
+Built from two values: the engine's :class:`~gpu_worker.engine.outcome.Outcome` (what the run
+produced, and which model produced it) and a :class:`RunContext` (where and why it ran).
 Holds hashes of outputs and of intermediate state, never their text. The request canvas (the
 input: locked text + hole specs) is stored beside the body, in ``RunRecord.request``.
+The body's ``schema_version`` is ``RUN_RECORD_SCHEMA_VERSION``; older versions are read by
+``audit.legacy``.
 """
 
 from __future__ import annotations
@@ -12,35 +16,39 @@ import platform
 import subprocess
 import tomllib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from audit.canonical import json_sha256, sha256_hex
 from audit.models import RUN_RECORD_SCHEMA_VERSION
+from gpu_worker.engine.outcome import Outcome
 
 SCHEMA = "stencil.audit.run_record"
 # violation keys that are labels (kept); anything else in a violation is only hashed
 _VIOLATION_LABELS = ("hole", "code", "kind", "rule", "name", "constraint")
 
 
-class OutcomeLike(Protocol):
-    """The fields of gpu_worker.engine.infill.InfillOutcome the audit reads."""
+@dataclass(frozen=True)
+class RunContext:
+    """Where, why and on what a run happened: what a run record holds beside the outcome."""
 
-    holes: dict[str, str]
-    document: str
-    forward_passes: int
-    steps: int
-    timings: dict[str, float]
-    trace: list[dict[str, Any]]
-    trace_sha256: str
-    config: dict[str, Any]
-    config_sha256: str
-    seed: int
-    route: str
-    cancelled: bool
-    violations: list[dict[str, Any]]
+    job_id: str | None  # the job the run belongs to (None for a run outside a job)
+    attempt: int  # 0 for the first attempt, then one per retry or fallback
+    route: str  # the job's route label: "diffusion", "ar", "shadow-ar", ...
+    model_dir: str  # the directory the model was loaded from
+    request: Mapping[str, Any]  # the Canvas JSON as run, its seed included
+    device: str  # the worker's device label (gpu_worker.runtime.device_name)
+    correlation_id: str  # ties every attempt of one request together (diagnostics sampling)
+    batch_job_ids: tuple[str, ...]  # every job of the denoising batch, in batch order
+    router_decision: Mapping[str, Any]  # the router's RouteDecision.as_json()
+    template_version: str | None = None  # "slug@number" of the draft's template
+
+    def __post_init__(self) -> None:
+        if self.attempt < 0:
+            raise ValueError(f"attempt must be >= 0, got {self.attempt}")
 
 
 @functools.lru_cache(maxsize=1)
@@ -68,13 +76,6 @@ def stencil_version() -> str:
         return str(tomllib.loads(pyproject.read_text())["project"]["version"])
     except (OSError, KeyError, tomllib.TOMLDecodeError):
         return "unknown"
-
-
-def device_label(device: torch.device) -> str:
-    """ "cpu" or "cuda:<GPU name>", the worker's label for a device (gpu_worker.runtime)."""
-    if device.type == "cuda":
-        return f"cuda:{torch.cuda.get_device_name(device)}"
-    return device.type
 
 
 def runtime_info(device: str) -> dict[str, Any]:
@@ -134,36 +135,29 @@ def output_tokens(trace: Sequence[Mapping[str, Any]]) -> int | None:
     return total if seen else None
 
 
+def _precision(config: Mapping[str, Any], model: Mapping[str, Any]) -> Any:
+    """The arithmetic the network really ran in: bf16 when its weights are bf16 (a checkpoint
+    loaded in bf16) or the config asked for bf16 autocast; else the weights' dtype."""
+    weights, compute = model.get("precision"), config.get("precision")
+    return "bf16" if "bf16" in (weights, compute) else (weights or compute)
+
+
 def run_body_build(
-    *,
-    run_id: str,
-    job_id: str | None,
-    attempt: int,
-    route: str,
-    model_dir: str,
-    weights_sha256: str,
-    tokenizer_sha256: str,
-    request: Mapping[str, Any],
-    outcome: OutcomeLike,
-    batch_job_ids: Sequence[str],
-    device: str,
-    router_decision: Mapping[str, Any],
-    correlation_id: str,
-    template_version: str | None,
-    trace_head: str,
-    diagnostics: bool,
+    *, run_id: str, context: RunContext, outcome: Outcome, diagnostics: bool
 ) -> dict[str, Any]:
     config = dict(outcome.config)
+    request = context.request
     holes = _holes(request)
     max_tokens = sum(int(h.get("max_tokens", 0) or 0) for h in holes)
-    batch = list(batch_job_ids)
+    batch = list(context.batch_job_ids)
+    model_name = Path(context.model_dir).name
     return {
         "schema": SCHEMA,
         "schema_version": RUN_RECORD_SCHEMA_VERSION,
         "gen_ai.operation.name": "text_completion",
         "gen_ai.provider.name": "stencil",
-        "gen_ai.request.model": Path(model_dir).name,
-        "gen_ai.response.model": Path(model_dir).name,
+        "gen_ai.request.model": model_name,
+        "gen_ai.response.model": model_name,
         "gen_ai.response.id": run_id,
         "gen_ai.request.seed": int(outcome.seed),
         "gen_ai.request.temperature": config.get("temperature"),
@@ -171,34 +165,34 @@ def run_body_build(
         "gen_ai.request.max_tokens": max_tokens,
         "gen_ai.usage.output_tokens": output_tokens(outcome.trace),
         "gen_ai.response.finish_reasons": ["cancelled" if outcome.cancelled else "stop"],
-        "stencil.job_id": job_id,
-        "stencil.attempt": attempt,
-        "stencil.correlation_id": correlation_id,
-        "stencil.route": route,
+        "stencil.job_id": context.job_id,
+        "stencil.attempt": context.attempt,
+        "stencil.correlation_id": context.correlation_id,
+        "stencil.route": context.route,
         "stencil.outcome_route": outcome.route,
-        "stencil.router_decision": dict(router_decision),
+        "stencil.router_decision": dict(context.router_decision),
         "stencil.model": {
-            "dir": str(model_dir),
-            "weights_sha256": weights_sha256,
-            "tokenizer_sha256": tokenizer_sha256,
+            "dir": str(context.model_dir),
+            "weights_sha256": outcome.model["weights_sha256"],
+            "tokenizer_sha256": outcome.model["tokenizer_sha256"],
         },
         "stencil.sampler": {"config": config, "config_sha256": outcome.config_sha256},
         "stencil.generator": {
             "seed": int(outcome.seed),
             "initial_state_sha256": generator_state_sha256(outcome.seed),
         },
-        "stencil.precision": config.get("precision"),
-        "stencil.runtime": runtime_info(device),
+        "stencil.precision": _precision(config, outcome.model),
+        "stencil.runtime": runtime_info(context.device),
         "stencil.batch": {
             "size": max(len(batch), 1),
             "job_ids": batch,
-            "position": batch.index(job_id) if job_id in batch else None,
+            "position": batch.index(context.job_id) if context.job_id in batch else None,
         },
         "stencil.canvas": {
             "sha256": canvas_hash(request),
             "holes": len(holes),
             "constraint_sha256": constraint_hash(request),
-            "template_version": template_version,
+            "template_version": context.template_version,
             "request_seed": request.get("seed"),
         },
         "stencil.timings": dict(outcome.timings),
@@ -210,7 +204,6 @@ def run_body_build(
             "violations": violations_summary(outcome.violations),
             "violations_sha256": json_sha256(list(outcome.violations)),
             "trace_sha256": outcome.trace_sha256,
-            "trace_chain_head": trace_head,
             "trace_steps": len(outcome.trace),
             "document_sha256": sha256_hex(outcome.document),
             "holes_sha256": {name: sha256_hex(text) for name, text in outcome.holes.items()},

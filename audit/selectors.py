@@ -92,6 +92,6 @@ def incident_bundle_get(*, incident: Incident) -> dict[str, Any]:
     return bundle
 
 
-def log_verify() -> VerifyReport:
+def log_verify(*, expect_size: int | None = None) -> VerifyReport:
     """Check every record against the log and the log against the signed checkpoints."""
-    return verify_all()
+    return verify_all(expect_size=expect_size)

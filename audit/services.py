@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import os
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,9 +23,10 @@ from django.db import IntegrityError, connection, models, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from audit import checkpoints, crypto, keys, merkle
+from audit import checkpoints, crypto, keys, merkle, witness
 from audit.canonical import canonical_json, sha256_hex
 from audit.models import (
+    RUN_RECORD_SCHEMA_VERSION,
     AuditEvent,
     Diagnostic,
     Incident,
@@ -33,12 +35,12 @@ from audit.models import (
     RunRecord,
 )
 from audit.replay import ReplayReport, replay_record
-from audit.runbody import run_body_build
+from audit.runbody import RunContext, run_body_build
 from audit.selectors import user_is_auditor
 from audit.trace import trace_hash, trace_head
 
 if TYPE_CHECKING:
-    from gpu_worker.engine.infill import InfillOutcome
+    from gpu_worker.engine.outcome import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -95,14 +97,22 @@ def _checkpoint_after_commit() -> None:
         logger.exception("audit: writing a log checkpoint failed")
 
 
+class CheckpointRefused(Exception):
+    """Signing now would cover up tampering (the checkpoint file falls short of its witness)."""
+
+
 def checkpoint_write() -> checkpoints.Checkpoint | None:
-    """Append a signed checkpoint covering every committed log entry not yet covered."""
+    """Append a signed checkpoint covering every committed log entry not yet covered, and
+    copy it to the witness. Refused while the file falls short of the witness."""
     path = Path(settings.AUDIT_CHECKPOINT_FILE)
     signer = keys.signing_key()
     with checkpoints.locked(path) as fh:
         line = checkpoints.last_line(fh)
         last = checkpoints.parse_line(line) if line else None
         size = last.size if last else 0
+        cut = witness.cut_tail(size, witness.witness_read())
+        if cut is not None:
+            raise CheckpointRefused(f"refusing to sign: {cut}")
         frontier = [bytes.fromhex(x) for x in last.frontier] if last else []
         new_leaves: list[str] = []
         for entry in LogEntry.objects.filter(seq__gte=size).order_by("seq").iterator():
@@ -125,6 +135,8 @@ def checkpoint_write() -> checkpoints.Checkpoint | None:
         fh.seek(0, 2)
         fh.write(checkpoint.to_line())
         fh.flush()
+        os.fsync(fh.fileno())
+        witness.witness_write(checkpoint)
     return checkpoint
 
 
@@ -283,63 +295,33 @@ def diagnostics_purge(*, older_than_days: int | None = None, actor: str = SYSTEM
 
 # -- run records ----------------------------------------------------------------------------
 def run_record_create(
-    *,
-    job_id: str | None,
-    attempt: int,
-    route: str,
-    model_dir: str,
-    weights_sha256: str,
-    tokenizer_sha256: str,
-    request: dict[str, Any],
-    outcome: InfillOutcome,
-    batch_job_ids: list[str],
-    device: str,
-    router_decision: dict[str, Any],
-    correlation_id: str,
-    template_version: str | None = None,
-    snapshots: list[str] | None = None,
+    *, context: RunContext, outcome: Outcome, snapshots: Sequence[str] | None = None
 ) -> RunRecord:
-    """Record one sampler run (and, when sampled, its encrypted drafts) in the audit log."""
-    if attempt < 0:
-        raise ValueError(f"attempt must be >= 0, got {attempt}")
+    """Record one run (and, when sampled, its encrypted drafts) in the audit log.
+
+    ``snapshots`` are the raw intermediate drafts; they are kept, encrypted, only when
+    diagnostics sampling picks the context's correlation id.
+    """
     run_id = uuid.uuid4()
-    keep = bool(snapshots) and diagnostics_sampled(correlation_id=correlation_id)
+    keep = bool(snapshots) and diagnostics_sampled(correlation_id=context.correlation_id)
     hashed = trace_hash(outcome.trace)
-    head = trace_head(hashed)
     body = canonical_json(
-        run_body_build(
-            run_id=str(run_id),
-            job_id=job_id,
-            attempt=attempt,
-            route=route,
-            model_dir=str(model_dir),
-            weights_sha256=weights_sha256,
-            tokenizer_sha256=tokenizer_sha256,
-            request=request,
-            outcome=outcome,
-            batch_job_ids=[str(j) for j in batch_job_ids],
-            device=device,
-            router_decision=router_decision,
-            correlation_id=correlation_id,
-            template_version=template_version,
-            trace_head=head,
-            diagnostics=keep,
-        )
+        run_body_build(run_id=str(run_id), context=context, outcome=outcome, diagnostics=keep)
     )
-    request_json = canonical_json(dict(request))
     with transaction.atomic():
         run = RunRecord(
             id=run_id,
+            schema_version=RUN_RECORD_SCHEMA_VERSION,
             body=body,
             body_sha256=sha256_hex(body),
             trace=canonical_json(hashed),
-            trace_sha256=head,
-            request=request_json,
-            job_id=job_id,
-            attempt=attempt,
-            route=route,
-            model_name=Path(model_dir).name,
-            correlation_id=correlation_id,
+            trace_sha256=trace_head(hashed),
+            request=canonical_json(dict(context.request)),
+            job_id=context.job_id,
+            attempt=context.attempt,
+            route=context.route,
+            model_name=Path(context.model_dir).name,
+            correlation_id=context.correlation_id,
             has_diagnostics=keep,
             created=timezone.now(),
         )

@@ -1,9 +1,11 @@
-"""The hashed trace: the sampler's per-step entries reduced to counts, hashes and summaries.
+"""The stored trace: the engine's per-step entries reduced to counts, hashes and summaries.
 
 No raw text survives: lists become a count and a sha256 (numbers also min / max / mean),
-strings become a sha256 unless they are hex digests or known labels. Steps are hash-chained:
-``chain = sha256(prev || step_sha256)``, where ``step_sha256`` hashes the step's full raw
-content minus its timings, so replay compares steps exactly while timings may differ.
+strings become a sha256 unless they are hex digests or known labels. Each stored step keeps
+the link of the engine's one hash chain (:mod:`gpu_worker.engine.trace`): ``step_sha256``
+hashes the step's full content minus its timings, ``chain = sha256(prev || step_sha256)``,
+so a stored trace verifies on its own, its last ``chain`` is ``Outcome.trace_sha256``, and
+replay compares steps exactly while timings may differ. Every schema version stores this form.
 """
 
 from __future__ import annotations
@@ -13,31 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from audit.canonical import json_sha256, sha256_hex
+from gpu_worker.engine.trace import GENESIS, chain_link, json_sha256, sha256_hex, split_timings
 
-GENESIS = "0" * 64
 _HEX_DIGEST = re.compile(r"^[0-9a-f]{16,128}$")
 # keys whose string values are labels from config or templates, never generated text
 _LABEL_KEYS = frozenset({"hole", "holes", "rule", "policy", "phase", "event", "kind", "name"})
-_TIMING_EXACT = frozenset({"time", "elapsed", "timing", "timings", "duration", "wall", "latency"})
-_TIMING_SUFFIXES = ("_ms", "_s", "_sec", "_seconds", "_time", "_elapsed", "_duration")
-
-
-def is_timing_key(key: str) -> bool:
-    k = key.lower()
-    return k in _TIMING_EXACT or k.endswith(_TIMING_SUFFIXES) or k.startswith(("time", "elapsed"))
-
-
-def _plain(value: Any) -> Any:
-    """JSON-able form of a step value (tensors and tuples become lists)."""
-    if hasattr(value, "tolist") and callable(value.tolist):
-        return value.tolist()
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        items = [_plain(v) for v in value]
-        return sorted(items, key=repr) if isinstance(value, set | frozenset) else items
-    return value
 
 
 def _summarize(key: str, value: Any) -> Any:
@@ -58,22 +40,14 @@ def _summarize(key: str, value: Any) -> Any:
     return {"sha256": sha256_hex(repr(value))}
 
 
-def _split_timing(step: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    content: dict[str, Any] = {}
-    timing: dict[str, Any] = {}
-    for key, value in step.items():
-        (timing if is_timing_key(str(key)) else content)[str(key)] = value
-    return content, timing
-
-
 def trace_hash(raw_trace: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The hashed, chained trace of a sampler's ``trace`` list."""
+    """The stored form of an outcome's ``trace``: summaries plus the chain's links."""
     prev = GENESIS
     out: list[dict[str, Any]] = []
     for i, raw_step in enumerate(raw_trace):
-        content, timing = _split_timing(_plain(raw_step))
+        content, timing = split_timings(raw_step)
         step_sha = json_sha256(content)
-        chain = sha256_hex(prev + step_sha)
+        chain = chain_link(prev, step_sha)
         index = content.get("step", content.get("index", i))
         out.append(
             {
@@ -97,8 +71,8 @@ def trace_chain_valid(hashed: Sequence[Mapping[str, Any]]) -> int | None:
     """The position of the first broken link, or None when the chain holds."""
     prev = GENESIS
     for pos, step in enumerate(hashed):
-        if step.get("prev") != prev or step.get("chain") != sha256_hex(
-            prev + str(step.get("step_sha256"))
+        if step.get("prev") != prev or step.get("chain") != chain_link(
+            prev, str(step.get("step_sha256"))
         ):
             return pos
         prev = str(step["chain"])

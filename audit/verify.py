@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
-from audit import checkpoints, keys, merkle
+from audit import checkpoints, keys, merkle, witness
 from audit.canonical import sha256_hex
 from audit.models import (
     LOGGED_MODELS,
@@ -125,8 +125,9 @@ def _check_log(report: VerifyReport, entries: list[LogEntry], file_leaves: list[
             break
     if tail:
         report.warnings.append(
-            f"{len(tail)} log entries after size {len(file_leaves)} are not yet checkpointed "
-            "(run audit_checkpoint)"
+            f"{len(tail)} log entries after size {len(file_leaves)} are not covered by a signed "
+            "checkpoint, so nothing vouches for them; audit_checkpoint signs them only once this "
+            "verification finds nothing"
         )
 
 
@@ -135,6 +136,71 @@ def _latest_entries(entries: list[LogEntry]) -> dict[tuple[str, str], LogEntry]:
     for entry in entries:  # ordered by seq: later versions win
         latest[(entry.kind, entry.ref)] = entry
     return latest
+
+
+# Rows logged exactly once: a run record and an audit event never change after they are
+# written (a diagnostic may: key rotation re-encrypts it under a new log entry).
+_WRITTEN_ONCE = frozenset({RunRecord.LOG_KIND, AuditEvent.LOG_KIND})
+
+
+def _check_versions(report: VerifyReport, entries: list[LogEntry]) -> None:
+    """A run record or audit event is logged once: a second entry re-describes a written row."""
+    first: dict[tuple[str, str], LogEntry] = {}
+    for entry in entries:
+        key = (entry.kind, entry.ref)
+        if entry.kind in _WRITTEN_ONCE and key in first:
+            report.add(
+                "inserted",
+                _entry_name(entry),
+                f"a second log entry for {entry.kind} {entry.ref}, which is written once "
+                f"(first logged at #{first[key].seq})",
+            )
+        first.setdefault(key, entry)
+
+
+def _check_witness(report: VerifyReport, file_leaves: list[str]) -> None:
+    """The checkpoint file must reach the witnessed checkpoint, with the same root there."""
+    try:
+        witnessed = witness.witness_read()
+    except ValueError as exc:
+        report.add("checkpoint", str(witness.witness_path()), str(exc))
+        return
+    if witnessed is None:
+        if file_leaves:
+            report.add(
+                "checkpoint",
+                str(witness.witness_path()),
+                f"missing while the checkpoint file covers {len(file_leaves)} entries",
+            )
+        return
+    public = keys.signing_key().public_key()
+    if not checkpoints.signature_valid(witnessed, public):
+        report.add("checkpoint", str(witness.witness_path()), "bad signature")
+        return
+    cut = witness.cut_tail(len(file_leaves), witnessed)
+    if cut is not None:
+        report.add("deleted", "checkpoint file tail", cut)
+        return
+    frontier: list[bytes] = []
+    for i, leaf in enumerate(file_leaves[: witnessed.size]):
+        frontier = merkle.frontier_append(frontier, i, bytes.fromhex(leaf))
+    if merkle.frontier_root(frontier).hex() != witnessed.root:
+        report.add(
+            "checkpoint",
+            "checkpoint file",
+            f"its leaves up to size {witnessed.size} do not hash to the witnessed root: "
+            "the file was rewritten and re-signed",
+        )
+
+
+def _check_expected_size(report: VerifyReport, expect_size: int | None) -> None:
+    if expect_size is not None and report.checkpoint_size < expect_size:
+        report.add(
+            "deleted",
+            "checkpoint file tail",
+            f"the signed checkpoints reach size {report.checkpoint_size}, "
+            f"short of the {expect_size} entries recorded",
+        )
 
 
 def _digests(entry: LogEntry) -> dict[str, str] | None:
@@ -233,10 +299,16 @@ def _check_objects(report: VerifyReport, entries: list[LogEntry]) -> None:
             )
 
 
-def log_verify() -> VerifyReport:
-    """Verify everything; the report's findings are empty when nothing was tampered with."""
+def log_verify(*, expect_size: int | None = None) -> VerifyReport:
+    """Verify everything; the report's findings are empty when nothing was tampered with.
+
+    ``expect_size``: a checkpoint size recorded outside this machine (``audit_verify`` prints
+    it); signed checkpoints that stop short of it mean the log's tail was cut.
+    """
     report = VerifyReport()
     file_leaves = _read_checkpoints(report)
+    _check_witness(report, file_leaves)
+    _check_expected_size(report, expect_size)
     log: models.QuerySet[LogEntry] = models.QuerySet(model=LogEntry)
     try:
         entries = list(log.order_by("seq"))
@@ -251,5 +323,6 @@ def log_verify() -> VerifyReport:
             f"missing while the log holds {len(entries)} entries",
         )
     _check_log(report, entries, file_leaves)
+    _check_versions(report, entries)
     _check_objects(report, entries)
     return report

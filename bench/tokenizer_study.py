@@ -1,8 +1,9 @@
 """How candidate vocabularies cut the words a model must invent or copy.
 
-The models read text with spaced lines (``ModelConfig.spaced_lines``); until session 22 they
-did so through a vocabulary learned from unspaced text (4,096 tokens), and now through
-"spaced, 8,192". A model that invents a value it has never seen next to
+The models read text with spaced lines (``ModelConfig.spaced_lines``) through "spaced, 8,192"
+with every e-mail name word of the corpus added as one token (``python -m research.train
+--kind tokenizer --extend``); their first vocabulary was learned from unspaced text (4,096
+tokens). A model that invents a value it has never seen next to
 it (a job title in an offer letter, a company in an NDA) must spell it token by token. This
 study learns candidate vocabularies from the train split (``research.train.train_tokenizer``)
 and measures, on test documents encoded as a spaced-lines model reads them:
@@ -36,10 +37,10 @@ from research.corpus import document_at  # noqa: E402
 from research.train import TOKENIZER_DOCS, VOCAB_SIZE, TrainConfig, train_tokenizer  # noqa: E402
 
 # (label, vocabulary size, train documents the merges are learned from, spaced). The first is
-# the vocabulary the models read until session 22 (the same sha256 as the file they shipped with);
-# "spaced, 8,192" is the one they read now.
+# the models' first vocabulary (the same sha256 as the file their first training run read);
+# the shipped vocabulary is "spaced, 8,192" with the e-mail name words added.
 CANDIDATES: tuple[tuple[str, int, int, bool], ...] = (
-    ("unspaced, 4,096 (shipped before session 22)", VOCAB_SIZE, TOKENIZER_DOCS, False),
+    ("unspaced, 4,096 (the models' first)", VOCAB_SIZE, TOKENIZER_DOCS, False),
     ("spaced, 4,096", VOCAB_SIZE, TOKENIZER_DOCS, True),
     ("spaced, 8,192", 8192, TOKENIZER_DOCS, True),
     ("spaced, 8,192, 96k docs", 8192, 4 * TOKENIZER_DOCS, True),

@@ -518,7 +518,7 @@ def draft_infill(request: HttpRequest, draft_id: int) -> HttpResponse:
 def draft_revisions(request: HttpRequest, draft_id: int) -> HttpResponse:
     draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
     revisions = [revision_json(r) for r in selectors.draft_revision_list(draft=draft)]
-    return JsonResponse({"revisions": revisions, "diff": services.revision_diff(draft=draft)})
+    return JsonResponse({"revisions": revisions, "diff": selectors.revision_diff(draft=draft)})
 
 
 @api_endpoint("POST")

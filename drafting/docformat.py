@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -323,3 +324,42 @@ def json_document_violations(text: str, schema: dict[str, Any]) -> list[Violatio
         where = "/".join(str(p) for p in error.path)
         violations.append(Violation(f"{where or 'the record'}: {error.message}", where=where))
     return violations
+
+
+# -- typed values ------------------------------------------------------------------------------
+def values_clean(fields: list[dict[str, Any]], values: dict[str, Any]) -> dict[str, Any]:
+    """Form values as stored: numbers as numbers, dates as YYYY-MM-DD when they are dates,
+    text trimmed, empty optional values dropped. What cannot be read stays as typed, for the
+    field check to name."""
+    declared = {f["name"]: f for f in fields}
+    cleaned: dict[str, Any] = {}
+    for name, value in values.items():
+        spec = declared.get(name)
+        if spec is None:
+            cleaned[name] = value  # reported by the schema as an unknown field
+            continue
+        if spec.get("type") in {"integer", "number"} and isinstance(value, str):
+            text = parse_number_text(value)
+            cleaned[name] = _number_or_text(text, integer=spec["type"] == "integer")
+            if text == "" and not spec.get("required", True):
+                cleaned.pop(name)
+        elif isinstance(value, str):
+            if value.strip() == "" and not spec.get("required", True):
+                continue
+            if spec.get("type") == "date":
+                cleaned[name] = parse_date_text(value)
+            else:
+                cleaned[name] = value.strip() if spec.get("type") != "textarea" else value
+        else:
+            cleaned[name] = value
+    return cleaned
+
+
+def _number_or_text(text: str, *, integer: bool) -> int | float | str:
+    """The typed number, or the text itself (which the field check reports as not a number)."""
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    if integer or not re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text):
+        return text
+    number = float(text)
+    return number if math.isfinite(number) else text

@@ -48,6 +48,44 @@ JOB_FAILURES = Counter("stencil_job_failures_total", "Jobs ended failed, by caus
 JOB_SECONDS = Counter(
     "stencil_accelerator_seconds_total", "Worker seconds spent on jobs, by route", ["route"]
 )
+DISPATCH_FAILURES = Counter(
+    "stencil_dispatch_failures_total", "Job ids the broker did not take (sent later by the sweeper)"
+)
+SWEPT = Counter(
+    "stencil_swept_jobs_total", "Jobs the sweeper moved, by what it found", ["found"]
+)
+
+
+class JobStateCollector:
+    """Jobs by state at scrape time, and the stuck ones: running past their lease, or queued
+    and never handed to the broker for longer than the sweeper's grace."""
+
+    def collect(self) -> Iterator[Metric]:
+        from datetime import timedelta
+
+        from django.conf import settings
+        from django.db.models import Count
+        from django.utils import timezone
+
+        from drafting.models import InfillJob
+
+        states = GaugeMetricFamily("stencil_jobs", "Jobs by state", labels=["state"])
+        counts = dict(InfillJob.objects.values_list("state").annotate(n=Count("pk")))
+        for state in InfillJob.State.values:
+            states.add_metric([state], counts.get(state, 0))
+        yield states
+        now = timezone.now()
+        grace = timedelta(seconds=settings.STENCIL_SWEEP_GRACE_SECONDS)
+        stuck = GaugeMetricFamily(
+            "stencil_jobs_stuck", "Jobs nobody is moving right now", labels=["why"]
+        )
+        active = [InfillJob.State.RUNNING, InfillJob.State.VALIDATING]
+        stuck.add_metric(["lease_expired"], InfillJob.objects.filter(
+            state__in=active, lease_expires__lt=now).count())  # fmt: skip
+        stuck.add_metric(["never_dispatched"], InfillJob.objects.filter(
+            state=InfillJob.State.QUEUED, dispatched__isnull=True,
+            created__lt=now - grace).count())  # fmt: skip
+        yield stuck
 
 
 class ReviewCollector:
@@ -105,3 +143,4 @@ class ReviewCollector:
 
 REVIEW_REGISTRY = CollectorRegistry(auto_describe=False)
 REVIEW_REGISTRY.register(ReviewCollector())
+REVIEW_REGISTRY.register(JobStateCollector())

@@ -189,6 +189,8 @@ class InfillJob(models.Model):
     reasons = models.JSONField(default=list)  # why a job failed, named
     worker = models.CharField(max_length=200, blank=True)
     lease_expires = models.DateTimeField(null=True, blank=True)  # renewed while a worker runs it
+    # when the job's id last went to the broker; None: not yet (the sweeper sends it)
+    dispatched = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True, db_index=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)

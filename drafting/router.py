@@ -16,6 +16,7 @@ from django.db.models import Avg, Count, Q
 from django.utils import timezone
 
 from drafting.models import InfillJob
+from gpu_worker.engine.outcome import AR, DIFFUSION, ROUTES
 
 RECENT_WINDOW = timedelta(hours=1)
 RECENT_MIN_JOBS = 20  # below this many recent jobs, the measured rates are not trusted
@@ -26,7 +27,7 @@ SHORT_HOLE_TOKENS = 4  # holes this short gain nothing from parallel decoding
 
 @dataclass(frozen=True)
 class RouteDecision:
-    route: str  # "diffusion" | "ar"
+    route: str  # DIFFUSION | AR, the engine's route names
     reason: str
     shadow: str | None = None  # the other route, when this request is also run in shadow
     evidence: dict[str, Any] = field(default_factory=dict)
@@ -61,10 +62,10 @@ def route_choose(*, job: InfillJob, rng: random.Random | None = None) -> RouteDe
         "holes": len(holes),
         "max_hole_tokens": max((h["max_tokens"] for h in holes), default=0),
     }
-    if hint in {"diffusion", "ar"}:
+    if hint in ROUTES:
         return _with_shadow(RouteDecision(hint, f"template asks for the {hint} route",
                                           evidence=evidence), rng)  # fmt: skip
-    diffusion, ar = _recent_stats("diffusion"), _recent_stats("ar")
+    diffusion, ar = _recent_stats(DIFFUSION), _recent_stats(AR)
     evidence["recent_diffusion"], evidence["recent_ar"] = diffusion, ar
     if (
         diffusion["jobs"] >= RECENT_MIN_JOBS
@@ -72,19 +73,19 @@ def route_choose(*, job: InfillJob, rng: random.Random | None = None) -> RouteDe
         and diffusion["success_rate"] < MIN_SUCCESS_RATE
     ):
         return _with_shadow(RouteDecision(
-            "ar", f"diffusion succeeded in only {diffusion['success_rate']:.0%} of recent jobs",
+            AR, f"diffusion succeeded in only {diffusion['success_rate']:.0%} of recent jobs",
             evidence=evidence), rng)  # fmt: skip
     if _trusted(diffusion) and _trusted(ar) and (
         diffusion["latency_s"] > SLOWER_RATIO * ar["latency_s"]
         and ar["success_rate"] >= diffusion["success_rate"]
     ):
         return _with_shadow(RouteDecision(
-            "ar", f"diffusion took {diffusion['latency_s']:.2f}s against AR's "
+            AR, f"diffusion took {diffusion['latency_s']:.2f}s against AR's "
             f"{ar['latency_s']:.2f}s recently, at no better success", evidence=evidence), rng)  # fmt: skip
     if len(holes) == 1 and evidence["max_hole_tokens"] <= SHORT_HOLE_TOKENS:
         evidence["note"] = "one short hole: both routes cost about one pass"
     return _with_shadow(RouteDecision(
-        "diffusion", "default: parallel infill sees both sides of every hole", evidence=evidence
+        DIFFUSION, "default: parallel infill sees both sides of every hole", evidence=evidence
     ), rng)  # fmt: skip
 
 
@@ -92,7 +93,7 @@ def _with_shadow(decision: RouteDecision, rng: random.Random | None) -> RouteDec
     share = settings.STENCIL_SHADOW_SHARE
     if share <= 0 or (rng or random.Random()).random() >= share:
         return decision
-    other = "ar" if decision.route == "diffusion" else "diffusion"
+    other = AR if decision.route == DIFFUSION else DIFFUSION
     return RouteDecision(decision.route, decision.reason, shadow=other, evidence=decision.evidence)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import uuid
 from typing import Any
 
@@ -127,3 +128,17 @@ def draft_revision_list(*, draft: Draft) -> QuerySet[DraftRevision]:
 def job_active_for_draft(*, draft: Draft) -> InfillJob | None:
     """The draft's queued or running job, if any."""
     return draft.jobs.exclude(state__in=InfillJob.FINAL_STATES).order_by("-created").first()
+
+
+def revision_diff(*, draft: Draft) -> str:
+    """Unified diff of the two newest revisions ('' when there is only one)."""
+    newest = list(draft.revisions.order_by("-number")[:2])
+    if len(newest) < 2:
+        return ""
+    new, old = newest
+    return "".join(
+        difflib.unified_diff(
+            old.text.splitlines(keepends=True), new.text.splitlines(keepends=True),
+            fromfile=f"revision {old.number}", tofile=f"revision {new.number}",
+        )
+    )  # fmt: skip

@@ -7,20 +7,18 @@ anything is written, so nothing already saved is lost.
 
 from __future__ import annotations
 
-import difflib
-import math
-import re
+import logging
 import secrets
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from drafting import docformat
+from drafting import docformat, metrics
 from drafting.authoring import template_version_create  # noqa: F401 (re-exported)
 from drafting.checks import draft_document_violations, version_parse
 from drafting.errors import AdmissionError, ConflictError, UserError
@@ -37,14 +35,17 @@ from drafting.templating import (
     constraint_check,
     field_errors,
 )
+from gpu_worker.engine.outcome import MAX_SEED
+
+logger = logging.getLogger(__name__)
 
 DRAFT_TITLE_MAX = 200
-MAX_SEED = 2**63 - 1  # a seed is stored in a signed 64-bit column
 CHARS_PER_TOKEN_ESTIMATE = 3  # sizing a hole for text a person unlocked: ~3 chars per token
 MIN_UNLOCKED_HOLE_TOKENS = 4
 # A regenerate asks for different text: a fresh seed alone changes nothing at temperature 0
 # (argmax), so it samples (SamplerConfig.temperature).
 REGENERATE_SAMPLER = {"temperature": 0.8}
+ADMISSION_LOCK_KEY = 0x5374656E63696C  # the advisory lock every job admission takes ("Stencil")
 RUN_INFILL_TASK = "gpu_worker.tasks.run_infill"  # enqueued by name: the web app never imports the worker
 
 
@@ -58,38 +59,7 @@ def rewrite_budget(text: str) -> int:
 def _clean_values(version: TemplateVersion, values: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise UserError("field values must be a JSON object")
-    declared = {f["name"]: f for f in version.fields}
-    cleaned: dict[str, Any] = {}
-    for name, value in values.items():
-        spec = declared.get(name)
-        if spec is None:
-            cleaned[name] = value  # reported by the schema as an unknown field
-            continue
-        if spec.get("type") in {"integer", "number"} and isinstance(value, str):
-            text = docformat.parse_number_text(value)
-            cleaned[name] = _number_or_text(text, integer=spec["type"] == "integer")
-            if text == "" and not spec.get("required", True):
-                cleaned.pop(name)
-        elif isinstance(value, str):
-            if value.strip() == "" and not spec.get("required", True):
-                continue
-            if spec.get("type") == "date":
-                cleaned[name] = docformat.parse_date_text(value)
-            else:
-                cleaned[name] = value.strip() if spec.get("type") != "textarea" else value
-        else:
-            cleaned[name] = value
-    return cleaned
-
-
-def _number_or_text(text: str, *, integer: bool) -> int | float | str:
-    """The typed number, or the text itself (which the field check reports as not a number)."""
-    if re.fullmatch(r"[+-]?\d+", text):
-        return int(text)
-    if integer or not re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text):
-        return text
-    number = float(text)
-    return number if math.isfinite(number) else text
+    return docformat.values_clean(version.fields, values)
 
 
 def draft_values_check(*, version: TemplateVersion, values: dict[str, Any]) -> dict[str, Any]:
@@ -199,20 +169,6 @@ def draft_revision_record(*, draft: Draft, reason: str, user: Any, accepted: boo
         accepted=accepted,
         created_by=user if getattr(user, "is_authenticated", False) else None,
     )
-
-
-def revision_diff(*, draft: Draft) -> str:
-    """Unified diff of the two newest revisions ('' when there is only one)."""
-    newest = list(draft.revisions.order_by("-number")[:2])
-    if len(newest) < 2:
-        return ""
-    new, old = newest
-    return "".join(
-        difflib.unified_diff(
-            old.text.splitlines(keepends=True), new.text.splitlines(keepends=True),
-            fromfile=f"revision {old.number}", tofile=f"revision {new.number}",
-        )
-    )  # fmt: skip
 
 
 def draft_delete(*, draft: Draft) -> None:
@@ -457,7 +413,17 @@ def canvas_request_check(request: Any) -> dict[str, Any]:
     return request
 
 
+def _admission_lock() -> None:
+    """Serialise admission for the rest of the transaction: the counts below and the insert
+    that follows them are one step for every concurrent request (PostgreSQL advisory lock;
+    SQLite already writes one transaction at a time)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ADMISSION_LOCK_KEY])
+
+
 def _admission_check(*, owner: Any) -> None:
+    _admission_lock()
     active = InfillJob.objects.filter(
         state__in=[InfillJob.State.QUEUED, InfillJob.State.RUNNING, InfillJob.State.VALIDATING]
     )
@@ -507,27 +473,44 @@ def infill_job_create(
     return job
 
 
-def job_dispatch(*, job_id: str) -> None:
-    """Send the job's id (never the job) to the denoise queue, naming the worker's task."""
-    from celery import current_app as app
+def job_dispatch(*, job_id: str) -> bool:
+    """Send the job's id (never the job) to the denoise queue, naming the worker's task.
 
-    app.send_task(RUN_INFILL_TASK, (job_id,), queue=settings.QUEUE_DENOISE)
+    The job row is the outbox: ``dispatched`` is stamped only once the broker took the id.
+    When the broker is down the row stays queued and undispatched, and the worker's sweeper
+    (gpu_worker/sweeper.py) sends it when the broker is back; the request still succeeds.
+    """
+    from celery import current_app as app
+    from kombu.exceptions import OperationalError as BrokerError
+
+    try:
+        app.send_task(RUN_INFILL_TASK, (job_id,), queue=settings.QUEUE_DENOISE)
+    except (BrokerError, OSError) as exc:
+        logger.warning("broker unavailable, job %s waits for the sweeper: %s", job_id, exc)
+        metrics.DISPATCH_FAILURES.inc()
+        return False
+    InfillJob.objects.filter(pk=job_id).update(dispatched=timezone.now())
+    return True
 
 
 def draft_infill_request(*, draft: Draft, user: Any, preset: str,
                          fragment_ids: list[int] | None = None,
                          sampler: dict[str, Any] | None = None) -> InfillJob:  # fmt: skip
-    running = draft.jobs.filter(
-        state__in=[InfillJob.State.QUEUED, InfillJob.State.RUNNING, InfillJob.State.VALIDATING]
-    )
-    if running.exists():
-        raise UserError("an infill for this draft is already running; wait or cancel it")
-    plan = draft_canvas_plan(draft=draft, fragment_ids=fragment_ids)
-    if sampler:
-        plan.request["sampler"] = dict(sampler)
-    return infill_job_create(
-        owner=user, request=plan.request, preset=preset, draft=draft, targets=plan.targets
-    )
+    with transaction.atomic():
+        # The draft's row lock makes "none running, so queue one" a single step: of concurrent
+        # requests on one draft, the first queues its job and the others see it.
+        Draft.objects.select_for_update().filter(pk=draft.pk).first()
+        running = draft.jobs.filter(
+            state__in=[InfillJob.State.QUEUED, InfillJob.State.RUNNING, InfillJob.State.VALIDATING]
+        )
+        if running.exists():
+            raise UserError("an infill for this draft is already running; wait or cancel it")
+        plan = draft_canvas_plan(draft=draft, fragment_ids=fragment_ids)
+        if sampler:
+            plan.request["sampler"] = dict(sampler)
+        return infill_job_create(
+            owner=user, request=plan.request, preset=preset, draft=draft, targets=plan.targets
+        )
 
 
 def infill_job_cancel(*, job: InfillJob) -> InfillJob:

@@ -301,7 +301,7 @@ def _review_context(request: HttpRequest, draft: Draft, *, report_form: dict[str
                             for row in context["fragments"]]  # fmt: skip
     context["report_reasons"] = ProblemReport.Reason.choices
     context["report_form"] = report_form or {}
-    context["diff_lines"] = _diff_lines(services.revision_diff(draft=draft))
+    context["diff_lines"] = _diff_lines(selectors.revision_diff(draft=draft))
     context["revisions"] = list(selectors.draft_revision_list(draft=draft)[:10])
     accepted = draft.accepted_revision
     context["accepted_current"] = (

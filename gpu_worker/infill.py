@@ -1,9 +1,10 @@
 """The command line: fill a Canvas JSON file with a model directory, print the answer as JSON.
 
-    python -m gpu_worker.infill FILE.json [--model models/stencil-denoiser] [--trace]
+    python -m gpu_worker.infill FILE.json [--model models/stencil-denoiser] [--route ar] [--trace]
 
-prints the holes, the document, forward passes, timings and the trace hash as JSON. Bad input
-gives one line on stderr and a non-zero exit, never a traceback.
+prints the holes, the document, forward passes, timings and the trace hash as JSON. The route
+defaults to the model's own (AR for an AR-FIM model, else diffusion). Bad input gives one line
+on stderr and a non-zero exit, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpu_worker.engine.infill import infill_request
+from gpu_worker.engine.outcome import ROUTES
+from gpu_worker.engine.run import route_for, run
 
 DEFAULT_MODEL_DIR = Path("models/stencil-denoiser")
 MODEL_DIR_ENV = "STENCIL_MODEL_DIR"
@@ -35,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get(MODEL_DIR_ENV, str(DEFAULT_MODEL_DIR)),
         help=f"model directory (default: ${MODEL_DIR_ENV} or {DEFAULT_MODEL_DIR})",
     )
+    parser.add_argument("--route", choices=ROUTES, help="route (default: the model's own)")
     parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     parser.add_argument("--trace", action="store_true", help="also print the per-step trace")
     return parser
@@ -69,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: cannot load model {args.model}: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     try:
-        outcome = infill_request(loaded, request)
+        outcome = run(args.route or route_for(loaded), loaded, request)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -85,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "trace_sha256": outcome.trace_sha256,
         "config_sha256": outcome.config_sha256,
         "seed": outcome.seed,
+        "route": outcome.route,
         "violations": outcome.violations,
         "model": outcome.model,
     }

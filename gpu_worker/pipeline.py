@@ -1,112 +1,51 @@
 """Running an infill job inside a worker: claim, route, attempts, validation, fallback, result.
 
-Called by the Celery adapter (gpu_worker/tasks.py) with a job id. The job row is the truth:
-a claim is a conditional update, a redelivered message finds nothing to do, and a result is
-written only by the worker that holds the current claim (its delivery number).
+Called by the Celery task (gpu_worker/tasks.py) with a job id. The job row is the truth: a
+claim is a conditional update (:mod:`gpu_worker.claims`), a redelivered message finds nothing
+to do, and a result is written only by the worker that holds the current claim.
+
+One job's story (:func:`job_run`): claim it and the compatible queued jobs it can batch
+with; route each; run the diffusion ones' first attempt as one denoising batch; then, per
+job, attempts in order (retries with escalation, then the other route's fallback) through
+the engine's one entry point (``gpu_worker.engine.run``), each recorded as a run record
+(audit) with its context built once (:func:`_run_context`); validation decides whether the
+job succeeds or goes on. Anything that crashes ends its jobs FAILED with the reason.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F, Q
+from django.db import connection, transaction
 from django.utils import timezone
 
 from drafting import metrics
 from drafting.models import InfillJob
 from drafting.router import RouteDecision, route_choose
 from drafting.services import draft_apply_job_result
+from gpu_worker.claims import Claim, claim_batch_mates, job_claim, job_finish, lease
+from gpu_worker.engine.outcome import AR, DIFFUSION
+
+if TYPE_CHECKING:  # the engine (and torch) load with the first job, not with the web app
+    import torch
+
+    from audit.runbody import RunContext
+    from gpu_worker.engine.loaded import LoadedModel
+    from gpu_worker.engine.outcome import Hooks, Outcome
 
 log = logging.getLogger(__name__)
 PROGRESS_MIN_INTERVAL_S = 0.2  # at most five progress writes a second per job
 CANCEL_POLL_TTL_S = 0.005  # a batch's cancel flags are read once per step (see _CancelPoll)
-
-
-class JobBusy(Exception):
-    """Another worker holds a live claim; try again after ``retry_after`` seconds."""
-
-    def __init__(self, retry_after: int) -> None:
-        super().__init__(f"job is running elsewhere; retry in {retry_after}s")
-        self.retry_after = retry_after
-
-
-@dataclass(frozen=True)
-class Claim:
-    job: InfillJob
-    delivery: int  # the claim token: only this delivery may write the result
-
-
-def _lease() -> timedelta:
-    return timedelta(seconds=settings.STENCIL_JOB_LEASE_SECONDS)
-
-
-def job_claim(*, job_id: str, worker: str) -> Claim | None:
-    """Claim a queued job (or one whose worker died); None when there is nothing to do."""
-    now = timezone.now()
-    fresh = Q(state=InfillJob.State.QUEUED, cancel_requested=False)
-    orphaned = Q(
-        state__in=[InfillJob.State.RUNNING, InfillJob.State.VALIDATING],
-        lease_expires__lt=now,
-        delivery_count__lt=settings.STENCIL_MAX_DELIVERIES,
-    )
-    claimed = InfillJob.objects.filter(Q(pk=job_id) & (fresh | orphaned)).update(
-        state=InfillJob.State.RUNNING,
-        delivery_count=F("delivery_count") + 1,
-        worker=worker,
-        started=now,
-        lease_expires=now + _lease(),
-        progress={},
-    )
-    job = InfillJob.objects.filter(pk=job_id).first()
-    if job is None:
-        log.warning("job %s does not exist; dropping the message", job_id)
-        return None
-    if claimed:
-        return Claim(job=job, delivery=job.delivery_count)
-    if job.is_final:
-        return None  # another delivery got there first and finished it
-    if job.state == InfillJob.State.QUEUED and job.cancel_requested:
-        _finish(job, None, state=InfillJob.State.CANCELLED, reasons=["cancelled before it started"])
-        return None
-    lease_left = (job.lease_expires - now).total_seconds() if job.lease_expires else 0
-    if lease_left > 0:
-        raise JobBusy(retry_after=int(lease_left) + 1)
-    # The lease is gone and the delivery cap is reached: a poison job ends here.
-    _finish(job, None, state=InfillJob.State.FAILED, reasons=[
-        f"worker lost {job.delivery_count} times while running this job (delivery cap "
-        f"{settings.STENCIL_MAX_DELIVERIES}); it was not retried again"
-    ])  # fmt: skip
-    metrics.JOB_FAILURES.labels(reason="poison").inc()
-    return None
-
-
-def _finish(job: InfillJob, delivery: int | None, *, state: str, reasons: list[str] | None = None,
-            result: dict[str, Any] | None = None) -> bool:  # fmt: skip
-    """Write the final state once; False when this worker no longer holds the claim."""
-    query = InfillJob.objects.filter(pk=job.pk).exclude(state__in=InfillJob.FINAL_STATES)
-    if delivery is not None:
-        query = query.filter(delivery_count=delivery)
-    changes: dict[str, Any] = {"state": state, "finished": timezone.now(), "lease_expires": None}
-    if reasons is not None:
-        changes["reasons"] = reasons
-    if result is not None:
-        changes["result"] = result
-    changes["attempts"] = job.attempts
-    changes["route"] = job.route
-    changes["route_reason"] = job.route_reason
-    written = query.update(**changes) == 1
-    job.refresh_from_db()
-    return written
 
 
 class _Progress:
@@ -159,11 +98,18 @@ class _Progress:
                                       self.positions)  # fmt: skip
         snapshot["max_steps"] = self.max_steps
         InfillJob.objects.filter(pk=self.job.pk, delivery_count=self.delivery).update(
-            progress=snapshot, lease_expires=timezone.now() + _lease()
+            progress=snapshot, lease_expires=timezone.now() + lease()
         )
 
     def should_stop(self) -> bool:
         return InfillJob.objects.filter(pk=self.job.pk, cancel_requested=True).exists()
+
+    def hooks(self, should_stop: Callable[[], bool] | None = None) -> Hooks:
+        """The engine's hooks for this attempt (``should_stop`` replaces the per-job poll)."""
+        from gpu_worker.engine.outcome import Hooks
+
+        return Hooks(on_step=self.on_step, should_stop=should_stop or self.should_stop,
+                     on_snapshot=self.on_snapshot)  # fmt: skip
 
 
 class _CancelPoll:
@@ -234,39 +180,23 @@ def job_run(*, job_id: str, worker: str) -> str:
     claim = job_claim(job_id=job_id, worker=worker)
     if claim is None:
         return "skipped"
-    claims = [claim, *_claim_batch_mates(claim, worker)]
-    decisions = {c.job.pk: _route(c.job) for c in claims}
-    batched = [c for c in claims if decisions[c.job.pk].route == "diffusion"]
-    first: dict[Any, Any] = {}
-    if len(batched) > 1:
-        first = _first_attempt_batched(batched)
+    claims = [claim, *claim_batch_mates(claim, worker)]
+    try:
+        decisions, first = _route_and_batch(claims)
+    except Exception as exc:  # as in _run_guarded, for every job the batch claimed
+        for c in claims:
+            _observe_end(c.job, _crashed(c, exc))
+        return InfillJob.State.FAILED
     states = [_run_guarded(c, decisions[c.job.pk], first.get(c.job.pk)) for c in claims]
     return states[0]
 
 
-def _claim_batch_mates(claim: Claim, worker: str) -> list[Claim]:
-    """Claim up to STENCIL_BATCH_MAX - 1 queued jobs with the same sampler config."""
-    limit = settings.STENCIL_BATCH_MAX - 1
-    if limit <= 0:
-        return []
-    candidates = (
-        InfillJob.objects.filter(state=InfillJob.State.QUEUED, cancel_requested=False,
-                                 config_sha256=claim.job.config_sha256)  # fmt: skip
-        .exclude(pk=claim.job.pk)
-        .order_by("created")
-        .values_list("pk", flat=True)[:limit]
-    )
-    mates: list[Claim] = []
-    for pk in list(candidates):
-        now = timezone.now()
-        taken = InfillJob.objects.filter(
-            pk=pk, state=InfillJob.State.QUEUED, cancel_requested=False
-        ).update(state=InfillJob.State.RUNNING, delivery_count=F("delivery_count") + 1,
-                 worker=worker, started=now, lease_expires=now + _lease(), progress={})  # fmt: skip
-        if taken:  # else another worker got there first
-            job = InfillJob.objects.get(pk=pk)
-            mates.append(Claim(job=job, delivery=job.delivery_count))
-    return mates
+def _route_and_batch(claims: list[Claim]) -> tuple[dict[Any, RouteDecision], dict[Any, _Batched]]:
+    """Route every claimed job; run the diffusion ones' first attempt as one batch."""
+    decisions = {c.job.pk: _route(c.job) for c in claims}
+    batched = [c for c in claims if decisions[c.job.pk].route == DIFFUSION]
+    first = _first_attempt_batched(batched) if len(batched) > 1 else {}
+    return decisions, first
 
 
 def _route(job: InfillJob) -> RouteDecision:
@@ -282,27 +212,37 @@ def _run_guarded(claim: Claim, decision: RouteDecision, first: _Batched | None) 
     started = time.monotonic()
     try:
         state = _run_claimed(job, claim.delivery, decision, first)
-    except Exception as exc:  # a bug or an exhausted soft time limit: end it with a reason
-        log.exception("job %s crashed", job.pk)
-        name = type(exc).__name__
-        reason = f"the worker stopped on an internal error ({name}: {exc})"
-        if name == "SoftTimeLimitExceeded":
-            reason = f"the job ran past its time limit of {settings.CELERY_TASK_SOFT_TIME_LIMIT}s"
-        _finish(job, claim.delivery, state=InfillJob.State.FAILED, reasons=[reason])
-        metrics.JOB_FAILURES.labels(reason=name).inc()
-        state = InfillJob.State.FAILED
-    metrics.END_TO_END.labels(state=state).observe(
-        (timezone.now() - job.created).total_seconds()
-    )
+    except Exception as exc:  # a bug, a lost database, an exhausted soft time limit
+        state = _crashed(claim, exc)
+    _observe_end(job, state)
     metrics.JOB_SECONDS.labels(route=job.route).inc(time.monotonic() - started)
     return state
+
+
+def _crashed(claim: Claim, exc: Exception) -> str:
+    """End a claimed job that crashed as FAILED, with the reason a person can read."""
+    job = claim.job
+    log.exception("job %s crashed", job.pk)
+    name = type(exc).__name__
+    reason = f"the worker stopped on an internal error ({name}: {exc})"
+    if name == "SoftTimeLimitExceeded":
+        reason = f"the job ran past its time limit of {settings.CELERY_TASK_SOFT_TIME_LIMIT}s"
+    if not connection.in_atomic_block:  # a lost connection is dropped; the next query reconnects
+        connection.close_if_unusable_or_obsolete()
+    job_finish(job, claim.delivery, state=InfillJob.State.FAILED, reasons=[reason])
+    metrics.JOB_FAILURES.labels(reason=name).inc()
+    return InfillJob.State.FAILED
+
+
+def _observe_end(job: InfillJob, state: str) -> None:
+    metrics.END_TO_END.labels(state=state).observe((timezone.now() - job.created).total_seconds())
 
 
 @dataclass
 class _Batched:
     """A first attempt already run in a batch: its outcome (or the canvas error)."""
 
-    outcome: Any
+    outcome: Outcome | None
     error: str | None
     batch: list[str]
     snapshots: list[str]
@@ -311,35 +251,33 @@ class _Batched:
 def _first_attempt_batched(claims: list[Claim]) -> dict[Any, _Batched]:
     """One denoising batch for the first attempt of several jobs with one config."""
     from gpu_worker.engine.config import SamplerConfig
-    from gpu_worker.engine.infill import infill_batch
+    from gpu_worker.engine.run import run_batch
     from gpu_worker.runtime import choose_device, model_get
 
     device = choose_device(settings.STENCIL_DEVICE)
-    loaded = model_get(_model_dir("diffusion"), device=device)
+    loaded = model_get(_model_dir(DIFFUSION), device=device)
     config = claims[0].job.config
-    hooks = [_Progress(c.job, c.delivery, 0, int(config["max_steps"]), with_texts=True)
-             for c in claims]  # fmt: skip
+    progress = [_Progress(c.job, c.delivery, 0, int(config["max_steps"]), with_texts=True)
+                for c in claims]  # fmt: skip
     cancelled = _CancelPoll([c.job.pk for c in claims])
-    results = infill_batch(
-        loaded, [{**c.job.request, "seed": derive_seed(c.job.seed, 0)} for c in claims],
-        config=SamplerConfig.from_json(config),
-        on_step=lambda row, entry: hooks[row].on_step(entry),
-        should_stop=lambda row: cancelled.requested(claims[row].job.pk),
-        device=device,
-        on_snapshot=lambda row, step, texts, stable: hooks[row].on_snapshot(step, texts, stable),
+    hooks = [p.hooks(should_stop=functools.partial(cancelled.requested, c.job.pk))
+             for p, c in zip(progress, claims, strict=True)]  # fmt: skip
+    results = run_batch(
+        DIFFUSION, loaded, [{**c.job.request, "seed": derive_seed(c.job.seed, 0)} for c in claims],
+        SamplerConfig.from_json(config), hooks,
     )  # fmt: skip
     batch = [str(c.job.pk) for c in claims]
     return {
         c.job.pk: _Batched(outcome=None if isinstance(r, ValueError) else r,
                            error=str(r) if isinstance(r, ValueError) else None, batch=batch,
-                           snapshots=h.snapshots)
-        for c, r, h in zip(claims, results, hooks, strict=True)
+                           snapshots=p.snapshots)
+        for c, r, p in zip(claims, results, progress, strict=True)
     }  # fmt: skip
 
 
 def _run_claimed(job: InfillJob, delivery: int, decision: RouteDecision,
                  first: _Batched | None) -> str:  # fmt: skip
-    from gpu_worker.runtime import choose_device, device_name, model_get
+    from gpu_worker.runtime import choose_device, model_get
 
     device = choose_device(settings.STENCIL_DEVICE)
     plans = _attempt_plan(job, decision)
@@ -349,21 +287,21 @@ def _run_claimed(job: InfillJob, delivery: int, decision: RouteDecision,
         seed = derive_seed(job.seed, attempt)
         batch = [str(job.pk)]
         if attempt == 0 and first is not None:
-            if first.error is not None:
-                return _fail_bad_canvas(job, delivery, first.error)
+            if first.outcome is None:
+                return _fail_bad_canvas(job, delivery, str(first.error))
             outcome, batch, snapshots = first.outcome, first.batch, first.snapshots
         else:
-            hooks = _Progress(job, delivery, attempt, int(config["max_steps"]),
-                              with_texts=route == "diffusion")  # fmt: skip
-            outcome = _attempt(job, loaded, route, config, seed, hooks, device)
-            if isinstance(outcome, str):  # the canvas itself is bad: no retry can help
-                return _fail_bad_canvas(job, delivery, outcome)
-            snapshots = hooks.snapshots
-        run_id = _record_attempt(job, attempt, route, seed, outcome, loaded,
-                                 device_name(device), decision, batch, snapshots)  # fmt: skip
+            progress = _Progress(job, delivery, attempt, int(config["max_steps"]),
+                                 with_texts=route == DIFFUSION)  # fmt: skip
+            ran = _attempt(job, loaded, route, config, seed, progress)
+            if isinstance(ran, str):  # the canvas itself is bad: no retry can help
+                return _fail_bad_canvas(job, delivery, ran)
+            outcome, snapshots = ran, progress.snapshots
+        context = _run_context(job, attempt, route, seed, loaded, device, decision, batch)
+        run_id = _record_attempt(job, context, outcome, snapshots)
         if outcome.cancelled:
-            _finish(job, delivery, state=InfillJob.State.CANCELLED,
-                    reasons=[f"cancelled at step {outcome.steps}"])  # fmt: skip
+            job_finish(job, delivery, state=InfillJob.State.CANCELLED,
+                       reasons=[f"cancelled at step {outcome.steps}"])  # fmt: skip
             metrics.CANCELLATIONS.inc()
             return InfillJob.State.CANCELLED
         InfillJob.objects.filter(pk=job.pk, delivery_count=delivery).update(
@@ -381,7 +319,7 @@ def _run_claimed(job: InfillJob, delivery: int, decision: RouteDecision,
                       "batch_size": len(batch), "model": loaded.name,
                       "placeholder_model": loaded.placeholder}  # fmt: skip
             with transaction.atomic():
-                if _finish(job, delivery, state=InfillJob.State.SUCCEEDED, result=result):
+                if job_finish(job, delivery, state=InfillJob.State.SUCCEEDED, result=result):
                     draft_apply_job_result(job=job)
             if attempt:
                 metrics.RETRIES.labels(outcome="recovered").inc()
@@ -405,33 +343,29 @@ def _run_claimed(job: InfillJob, delivery: int, decision: RouteDecision,
                 _open_incident(job, run_id, "fallback", f"falling back from {route} to {nxt}")
             else:
                 metrics.RETRIES.labels(outcome="retry").inc()
-    _finish(job, delivery, state=InfillJob.State.FAILED, reasons=reasons)
+    job_finish(job, delivery, state=InfillJob.State.FAILED, reasons=reasons)
     return InfillJob.State.FAILED
 
 
-def _run_shadow(job: InfillJob, delivery: int, decision: RouteDecision, primary: Any,
-                device: Any) -> None:  # fmt: skip
+def _run_shadow(job: InfillJob, delivery: int, decision: RouteDecision, primary: Outcome,
+                device: torch.device) -> None:  # fmt: skip
     """Run the other route on the same request for comparison; the person never sees it."""
-    from gpu_worker.runtime import device_name, model_get
+    from audit.services import run_record_create
+    from gpu_worker.runtime import model_get
 
     route = str(decision.shadow)
     if not _model_available(route):
         return
     loaded = model_get(_model_dir(route), device=device)
-    hooks = _Progress(job, delivery, 0, int(job.config["max_steps"]), with_texts=True, quiet=True)
-    outcome = _attempt(job, loaded, route, dict(job.config), job.seed, hooks, device)
+    progress = _Progress(job, delivery, 0, int(job.config["max_steps"]), with_texts=True,
+                         quiet=True)  # fmt: skip
+    outcome = _attempt(job, loaded, route, dict(job.config), job.seed, progress)
     if isinstance(outcome, str):
         comparison: dict[str, Any] = {"route": route, "error": outcome}
     else:
-        from audit.services import run_record_create
-
-        run = run_record_create(
-            job_id=str(job.id), attempt=0, route=f"shadow-{route}", model_dir=str(_model_dir(route)),
-            weights_sha256=loaded.weights_sha256, tokenizer_sha256=loaded.tokenizer_sha256,
-            request={**job.request, "seed": job.seed}, outcome=outcome,
-            batch_job_ids=[str(job.id)], device=device_name(device),
-            router_decision=decision.as_json(), correlation_id=str(job.id),
-        )  # fmt: skip
+        context = _run_context(job, 0, f"shadow-{route}", job.seed, loaded, device, decision,
+                               [str(job.pk)])  # fmt: skip
+        run = run_record_create(context=context, outcome=outcome)
         comparison = {
             "route": route, "run_id": str(run.pk), "valid": not outcome.violations,
             "same_holes": outcome.holes == primary.holes,
@@ -452,8 +386,8 @@ def _injected_violations(route: str) -> list[dict[str, str]]:
 
 
 def _fail_bad_canvas(job: InfillJob, delivery: int, error: str) -> str:
-    _finish(job, delivery, state=InfillJob.State.FAILED,
-            reasons=[f"the request cannot be run: {error}"])  # fmt: skip
+    job_finish(job, delivery, state=InfillJob.State.FAILED,
+               reasons=[f"the request cannot be run: {error}"])  # fmt: skip
     metrics.JOB_FAILURES.labels(reason="bad_canvas").inc()
     return InfillJob.State.FAILED
 
@@ -461,63 +395,63 @@ def _fail_bad_canvas(job: InfillJob, delivery: int, error: str) -> str:
 def _attempt_plan(job: InfillJob, decision: RouteDecision) -> list[tuple[str, dict[str, Any]]]:
     """The attempts in order: the routed model with retries, then the other route's fallback."""
     plans: list[tuple[str, dict[str, Any]]] = []
-    retries = settings.STENCIL_MAX_ATTEMPTS if decision.route == "diffusion" else 1
+    retries = settings.STENCIL_MAX_ATTEMPTS if decision.route == DIFFUSION else 1
     for i in range(retries):
         plans.append((decision.route, escalate(job.config, i)))
-    if decision.route == "diffusion" and _model_available("ar"):
-        plans.append(("ar", dict(job.config)))
-    elif decision.route == "ar":
-        plans.append(("diffusion", escalate(job.config, 1)))
+    if decision.route == DIFFUSION and _model_available(AR):
+        plans.append((AR, dict(job.config)))
+    elif decision.route == AR:
+        plans.append((DIFFUSION, escalate(job.config, 1)))
     return plans
 
 
 def _model_dir(route: str) -> Path:
-    return Path(settings.STENCIL_MODEL_DIR if route == "diffusion" else settings.STENCIL_AR_MODEL_DIR)
+    return Path(settings.STENCIL_MODEL_DIR if route == DIFFUSION else settings.STENCIL_AR_MODEL_DIR)
 
 
 def _model_available(route: str) -> bool:
     return (_model_dir(route) / "model.safetensors").is_file()
 
 
-def _attempt(job: InfillJob, loaded: Any, route: str, config: dict[str, Any], seed: int,
-             hooks: _Progress, device: Any) -> Any:  # fmt: skip
+def _attempt(job: InfillJob, loaded: LoadedModel, route: str, config: dict[str, Any], seed: int,
+             progress: _Progress) -> Outcome | str:  # fmt: skip
+    """One attempt through the engine; a request the model cannot run comes back as why."""
     from gpu_worker.engine.config import SamplerConfig
+    from gpu_worker.engine.run import run
 
-    request = {**job.request, "seed": seed}
-    sampler_config = SamplerConfig.from_json(config)
     try:
-        if route == "ar":
-            from gpu_worker.engine.ar import infill_request_ar
-
-            return infill_request_ar(loaded, request, config=sampler_config,
-                                     on_step=hooks.on_step, should_stop=hooks.should_stop)
-        from gpu_worker.engine.infill import infill_request
-
-        return infill_request(loaded, request, config=sampler_config, on_step=hooks.on_step,
-                              should_stop=hooks.should_stop, device=device,
-                              on_snapshot=hooks.on_snapshot)  # fmt: skip
+        return run(route, loaded, {**job.request, "seed": seed}, SamplerConfig.from_json(config),
+                   progress.hooks())  # fmt: skip
     except ValueError as exc:  # the canvas does not fit the model: the caller says why
         return str(exc)
 
 
-def _record_attempt(job: InfillJob, attempt: int, route: str, seed: int, outcome: Any,
-                    loaded: Any, device: str, decision: RouteDecision, batch: list[str],
+def _run_context(job: InfillJob, attempt: int, route: str, seed: int, loaded: LoadedModel,
+                 device: torch.device, decision: RouteDecision, batch: list[str]) -> RunContext:  # fmt: skip
+    """Where and why one run happened, as its run record says it (built here only)."""
+    from audit.runbody import RunContext
+    from gpu_worker.runtime import device_name
+
+    return RunContext(
+        job_id=str(job.pk), attempt=attempt, route=route, model_dir=str(loaded.directory),
+        request={**job.request, "seed": seed}, device=device_name(device),
+        correlation_id=str(job.pk), batch_job_ids=tuple(batch),
+        router_decision=decision.as_json(), template_version=_template_version(job),
+    )  # fmt: skip
+
+
+def _record_attempt(job: InfillJob, context: RunContext, outcome: Outcome,
                     snapshots: list[str]) -> str:  # fmt: skip
+    """The attempt's run record, and its line in the job's attempts; returns the run id."""
     from audit.services import run_record_create
 
-    run = run_record_create(
-        job_id=str(job.id), attempt=attempt, route=route, model_dir=str(loaded.directory),
-        weights_sha256=loaded.weights_sha256, tokenizer_sha256=loaded.tokenizer_sha256,
-        request={**job.request, "seed": seed}, outcome=outcome, batch_job_ids=batch,
-        device=device, router_decision=decision.as_json(), correlation_id=str(job.id),
-        template_version=_template_version(job), snapshots=snapshots or None,
-    )  # fmt: skip
-    run_id = str(run.pk)
+    run_id = str(run_record_create(context=context, outcome=outcome, snapshots=snapshots).pk)
     job.attempts = [*job.attempts, {
-        "attempt": attempt, "route": route, "seed": seed, "run_id": run_id,
-        "steps": outcome.steps, "forward_passes": outcome.forward_passes,
+        "attempt": context.attempt, "route": context.route, "seed": context.request["seed"],
+        "run_id": run_id, "steps": outcome.steps, "forward_passes": outcome.forward_passes,
         "violations": list(outcome.violations), "cancelled": outcome.cancelled,
-        "seconds": round(float(outcome.timings.get("total", 0.0)), 4), "batch": batch,
+        "seconds": round(float(outcome.timings.get("total", 0.0)), 4),
+        "batch": list(context.batch_job_ids),
     }]  # fmt: skip
     InfillJob.objects.filter(pk=job.pk).update(attempts=job.attempts)
     return run_id

@@ -25,9 +25,10 @@ def choose_device(preference: str = "auto") -> torch.device:
 
 
 def device_name(device: torch.device) -> str:
+    """The device's label in run records: "cpu", or "cuda:<GPU name>" (e.g. "cuda:NVIDIA H200")."""
     if device.type == "cuda":
         return f"cuda:{torch.cuda.get_device_name(device)}"
-    return "cpu"
+    return device.type
 
 
 def model_get(directory: Path, *, device: torch.device) -> LoadedModel:

@@ -100,7 +100,7 @@ class TrainConfig:
     # mentions all lie inside holes (a party named only in a holed first sentence): the model
     # must invent a name and repeat it, as requests that name nothing ask (evaluate.sample_case
     # with invent; by default it shows a name where the document first shows it outside holes).
-    # Other template rows leave such later mentions visible. Phases before this existed: 0.
+    # Other template rows leave such later mentions visible. A recorded run without this key reads as 0.
     invent_prob: float = 0.0
     max_pad_budget: int = 12  # extra positions (target pad) after a hole's content
     # Share of holes whose pad tail may run to long_pad_budget positions or the content's own
@@ -109,18 +109,18 @@ class TrainConfig:
     long_pad_prob: float = 0.5
     long_pad_budget: int = 36
     # Share of hole rows masked as the sampler leaves a hole part-way (mask_hole_tails): a
-    # written start, the rest of the budget masked. Phases before this existed: 0.
+    # written start, the rest of the budget masked. A recorded run without this key reads as 0.
     ordered_hole_prob: float = 0.0
     # Hole rows tokenize locked text before a hole as documents do (a blank line before a hole
-    # is "\n", "\n", as before a word), which is how a Canvas tokenizes it. Phases that ran
-    # before this existed tokenized that text on its own ("\n\n", one token): False.
+    # is "\n", "\n", as before a word), which is how a Canvas tokenizes it. False tokenizes that
+    # text on its own ("\n\n", one token); a recorded run without this key reads as False.
     document_boundaries: bool = True
     # Holes that start a line or a JSON string value are tokenized with a virtual leading
     # space (ModelConfig.virtual_spaces), so the model writes " Joshua", not "Jos", "hua".
-    # Phases before this existed: False.
+    # A recorded run without this key reads as False.
     virtual_spaces: bool = False
     # Every line start and JSON string value is encoded with a virtual space, locked text too
-    # (ModelConfig.spaced_lines); implies virtual_spaces. Phases before this existed: False.
+    # (ModelConfig.spaced_lines); implies virtual_spaces. A recorded run without this key reads as False.
     spaced_lines: bool = False
     min_t: float = 1e-3  # t ~ U(min_t, 1): 1/t stays finite
     fim_rate: float = 0.9  # AR-FIM: share of rows in PSM order
@@ -143,8 +143,8 @@ class TrainConfig:
     # gpu_worker.engine.model.ModelConfig.copy_lower. Needs copy_twins.
     copy_lower: bool = False
     data_offset: int = 0  # steps of documents to skip: a continuation reads documents anew
-    # Which edition of the corpus the run reads (research.corpus.CORPUS_EDITION). Phases
-    # recorded before editions existed read edition 1 (see recorded()).
+    # Which edition of the corpus the run reads (research.corpus.CORPUS_EDITION). A recorded
+    # run without this key read edition 1 (see recorded()).
     corpus_edition: int = CORPUS_EDITION
     eval_every: int = 250
     checkpoint_every: int = 100
@@ -163,7 +163,7 @@ EARLIER_DEFAULTS: dict[str, Any] = {"corpus_edition": 1}
 
 
 def recorded(cfg: dict[str, Any], key: str) -> Any:
-    """A saved config's ``key``: what it holds, else what runs did before the key existed."""
+    """A saved config's ``key``: what it holds, else the value a run recorded without it used."""
     return cfg.get(key, EARLIER_DEFAULTS.get(key))
 
 
@@ -564,7 +564,7 @@ def _check_same_run(checkpoint: Path, saved: dict[str, Any], run: dict[str, Any]
     changed = sorted(k for k in run["config"] if recorded(before["config"], k) != run["config"][k])
     if before.get("init_from_sha256") != run["init_from_sha256"]:
         changed.append("the --init-from weights")
-    if not changed:  # recorded before a setting existed, with the value it had then
+    if not changed:  # a recorded run without a setting used the value it reads as
         return
     raise ValueError(
         f"{checkpoint} holds another training run (it differs in {', '.join(changed)}); "
@@ -1008,15 +1008,27 @@ def _tokenizer_command(moved: dict[str, Any], cfg: dict[str, Any], path: str, so
             f"--out {path}")  # fmt: skip
 
 
-def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
-    """How to rebuild the weights: one command per training phase (a resumed run re-plans
-    its cosine schedule for the new step count, so the phases must be repeated as they ran)."""
-    runs = []
+ARCHITECTURE_FLAGS = (("d_model", "--d-model"), ("n_layers", "--layers"), ("n_heads", "--heads"),
+                      ("ffn_hidden", "--ffn"))  # fmt: skip
+
+
+def reproduce_commands(out: Path, summary: dict[str, Any]) -> list[str]:
+    """The shell commands that rebuild ``out``'s weights into ``models/<out.name>``, in order,
+    from the repository root (``scripts/reproduce-model`` runs them): the first vocabulary,
+    one command per training run (a resumed run re-plans its cosine schedule for the new step
+    count, so the runs repeat as they ran, each ``--init-from`` run on its own checkpoint), and
+    where the weights moved onto another vocabulary, that vocabulary (checked against its
+    recorded sha256) and the move."""
+    first = _edition_flag(training_phases(summary)[0]["config"])  # the first vocabulary's corpus
+    commands = [f"python -m research.train --kind tokenizer{first}"]
     vocabulary: str | None = None
     for n, phase in enumerate(training_phases(summary)):
         cfg = phase["config"]
-        command = (f"python -m research.train --kind {phase['kind']} --out models/{out.name} "
-                   f"--seed {cfg['seed']} --copy-dim {cfg.get('copy_dim', 0)}")  # fmt: skip
+        command = f"python -m research.train --kind {phase['kind']} --out models/{out.name}"
+        for key, flag in ARCHITECTURE_FLAGS:
+            if cfg.get(key, getattr(TrainConfig, key)) != getattr(TrainConfig, key):
+                command += f" {flag} {cfg[key]}"
+        command += f" --seed {cfg['seed']} --copy-dim {cfg.get('copy_dim', 0)}"
         if cfg.get("room_buckets"):
             command += f" --room-buckets {cfg['room_buckets']}"
         if cfg.get("copy_twins"):
@@ -1029,7 +1041,7 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
             command += f" --lr {cfg['lr']}"
         if phase.get("precision", "").startswith("fp32"):
             command += " --no-bf16"
-        if phase["kind"] == "denoiser":  # corruption recipes added later ran at 0 before
+        if phase["kind"] == "denoiser":  # a corruption share missing from cfg ran at 0
             for key in ("long_pad_prob", "template_prob", "ordered_hole_prob", "invent_prob"):
                 value = cfg.get(key, 0.0)
                 if value != getattr(TrainConfig, key):
@@ -1041,31 +1053,35 @@ def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
         elif cfg.get("virtual_spaces"):
             command += " --virtual-spaces"
         command += _edition_flag(cfg)
-        if n:  # a phase of its own: its own checkpoint (a checkpoint resumes only its own run)
+        if n:  # a run of its own: its own checkpoint (a checkpoint resumes only its own run)
             command += (f" --init-from models/{out.name}"
                         f" --checkpoint var/train/{out.name}/phase-{n + 1}.pt")  # fmt: skip
         if cfg["batch_size"] != TrainConfig.batch_size:
             command += f" --batch-size {cfg['batch_size']}"
         if "device" in phase:
             command += f" --device {phase['device']}"
-        if vocabulary is not None:  # phases after a transplant read its vocabulary
+        if vocabulary is not None:  # runs after a move read the vocabulary moved onto
             command += f" --tokenizer {vocabulary}"
         resumes = phase.get("phases") or [phase["steps"]]
-        runs += [f"`{command} --steps {steps}`" for steps in resumes]
+        commands += [f"{command} --steps {steps}" for steps in resumes]
         moved = phase.get("vocabulary_transplant")
         if moved:  # then the weights moved onto another vocabulary
             source = vocabulary or str(DEFAULT_TOKENIZER)
             vocabulary = f"var/tokenizer/{moved['tokenizer_sha256'][:12]}.json"
-            command = _tokenizer_command(moved, cfg, vocabulary, source)
-            runs.append(f"`{command}` "
-                        f"(check that its sha256 is {moved['tokenizer_sha256']}) then "
-                        f"`python -m research.train --transplant models/{out.name} "
-                        f"--tokenizer {vocabulary} --out models/{out.name}`")  # fmt: skip
-    note = (" (a later run of the same phase resumes from that phase's checkpoint under "
-            "var/train/; each --init-from phase starts from the weights before it)") if len(runs) > 1 else ""  # fmt: skip
-    first = _edition_flag(training_phases(summary)[0]["config"])  # the first vocabulary's corpus
-    return (f"Reproduce: `python -m research.train --kind tokenizer{first}`, then "
-            f"{' then '.join(runs)}{note}.")  # fmt: skip
+            commands += [
+                _tokenizer_command(moved, cfg, vocabulary, source),
+                f"echo '{moved['tokenizer_sha256']}  {vocabulary}' | sha256sum --check",
+                f"python -m research.train --transplant models/{out.name} "
+                f"--tokenizer {vocabulary} --out models/{out.name}",
+            ]
+    return commands
+
+
+def _reproduce_line(out: Path, summary: dict[str, Any]) -> str:
+    """The card's one line on rebuilding the weights (the commands: :func:`reproduce_commands`)."""
+    runs = sum(len(p.get("phases") or [p["steps"]]) for p in training_phases(summary))
+    return (f"Reproduce: `scripts/reproduce-model models/{out.name}` ({runs} training "
+            f"run{'s' if runs > 1 else ''} from `training.json`; `--dry-run` lists the commands).")  # fmt: skip
 
 
 def write_model_card(

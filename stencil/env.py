@@ -37,6 +37,8 @@ def database_from_url(url: str, *, base_dir: Path) -> dict[str, Any]:
             "HOST": parsed.hostname or "",
             "PORT": str(parsed.port or ""),
             "CONN_MAX_AGE": 60,
+            # a connection the server dropped (restart, failover) is replaced before it is used
+            "CONN_HEALTH_CHECKS": True,
             "OPTIONS": options,
             "TEST": {"NAME": os.getenv("DATABASE_TEST_NAME") or None},
         }

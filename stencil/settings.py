@@ -164,6 +164,13 @@ STENCIL_MAX_QUEUED_JOBS = envint("STENCIL_MAX_QUEUED_JOBS", "200")
 STENCIL_MAX_QUEUED_JOBS_PER_USER = envint("STENCIL_MAX_QUEUED_JOBS_PER_USER", "8")
 STENCIL_MAX_ATTEMPTS = envint("STENCIL_MAX_ATTEMPTS", "3")  # retries before the AR fallback
 STENCIL_MAX_DELIVERIES = envint("STENCIL_MAX_DELIVERIES", "3")  # poison-job cap
+# The worker's sweeper: every STENCIL_SWEEP_SECONDS it re-sends jobs the broker never took
+# (older than the grace) and jobs whose worker lost its lease (gpu_worker/sweeper.py).
+# /metrics answers these client networks, or a request bearing STENCIL_METRICS_TOKEN.
+STENCIL_METRICS_ALLOW = envlist("STENCIL_METRICS_ALLOW", "127.0.0.1/32,::1/128")
+STENCIL_METRICS_TOKEN = os.getenv("STENCIL_METRICS_TOKEN", "")
+STENCIL_SWEEP_SECONDS = envint("STENCIL_SWEEP_SECONDS", "15")
+STENCIL_SWEEP_GRACE_SECONDS = envint("STENCIL_SWEEP_GRACE_SECONDS", "10")
 STENCIL_BATCH_MAX = envint("STENCIL_BATCH_MAX", "8")  # jobs a worker denoises in one batch
 STENCIL_JOB_LEASE_SECONDS = envint("STENCIL_JOB_LEASE_SECONDS", "30")  # renewed every step
 STENCIL_MAX_REQUEST_TOKENS = envint("STENCIL_MAX_REQUEST_TOKENS", "1024")
@@ -189,6 +196,8 @@ AUDIT_SIGNING_KEY = os.getenv("AUDIT_SIGNING_KEY", "")  # base64 Ed25519 private
 AUDIT_CHECKPOINT_FILE = Path(
     os.getenv("AUDIT_CHECKPOINT_FILE", str(VAR_DIR / "audit" / "checkpoints.jsonl"))
 )
+# A copy of the newest signed checkpoint, kept where the database host cannot write (audit/witness.py).
+AUDIT_CHECKPOINT_WITNESS = os.getenv("AUDIT_CHECKPOINT_WITNESS", "")
 AUDIT_DIAGNOSTIC_RETENTION_DAYS = envint("AUDIT_DIAGNOSTIC_RETENTION_DAYS", "30")
 
 LOGGING = {

@@ -24,6 +24,7 @@ WORKER_ENV = {
     "STENCIL_JOB_LEASE_SECONDS": "2",  # a killed worker's job is reclaimable quickly
     "STENCIL_MAX_REQUEST_STEPS": "4096",
     "STENCIL_MODEL_DIR": str(PLACEHOLDER_MODEL),  # fast and deterministic
+    "STENCIL_SWEEP_SECONDS": "0",  # tests that sweep start a worker that does (test_sweeper)
 }
 
 

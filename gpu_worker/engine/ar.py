@@ -16,14 +16,14 @@ the scores' softmax); a ``pattern`` hole only takes tokens that keep the pattern
 within the positions left (:class:`gpu_worker.engine.constraints.PatternConstraint`).
 
 Greedy at temperature 0; otherwise sampled from the request's ``torch.Generator`` (seeded by
-the canvas's seed), never from the global RNG. The outcome is the sampler's
-:class:`gpu_worker.engine.infill.InfillOutcome`, with ``route="ar"``.
+the canvas's seed), never from the global RNG. The outcome is the one
+:class:`gpu_worker.engine.outcome.Outcome`, with ``route="ar"``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,12 +32,12 @@ import torch
 from gpu_worker.engine.canvas import Canvas, Hole, parse_canvas
 from gpu_worker.engine.config import SamplerConfig, config_from_request
 from gpu_worker.engine.constraints import CharAutomaton, ChoiceConstraint, PatternConstraint
-from gpu_worker.engine.infill import InfillOutcome, trace_chain
 from gpu_worker.engine.loaded import LoadedModel
 from gpu_worker.engine.model import KVCache, StencilTransformer, fit_fim_context
+from gpu_worker.engine.outcome import AR, Hooks, Outcome
 from gpu_worker.engine.validation import validate
 
-ROUTE = "ar"  # InfillOutcome.route of this route
+ROUTE = AR  # Outcome.route of this route
 MODEL_KIND = "ar_fim"  # the LoadedModel kind it needs
 
 
@@ -62,18 +62,17 @@ def infill_request_ar(
     request: str | dict[str, Any],
     *,
     config: SamplerConfig | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
-) -> InfillOutcome:
+    hooks: Hooks | None = None,
+) -> Outcome:
     """Fill the holes of a Canvas-JSON ``request`` with the AR-FIM model of ``loaded``.
 
     ``config`` (default: the request's ``sampler`` overrides on the default preset) supplies
     ``temperature``, ``top_p`` and ``precision``; the block fields do not apply to this route.
-    ``should_stop`` is asked before every token; ``on_step`` gets each trace entry.
+    ``hooks.should_stop`` is asked before every token; ``hooks.on_step`` gets each trace entry.
+    Raises ``ValueError`` for a bad request or a model that is not a Stencil AR-FIM model.
     """
-    network = loaded.network
-    if loaded.kind != MODEL_KIND or not isinstance(network, StencilTransformer):
-        raise ValueError(f"the AR route needs a Stencil ar_fim model, got kind={loaded.kind!r}")
+    network = ar_network(loaded)
+    hooks = hooks or Hooks()
     started = time.perf_counter()
     canvas = parse_canvas(
         request, loaded.tokenizer, max_len=network.max_len, vocab_size=network.config.vocab_size
@@ -86,10 +85,10 @@ def infill_request_ar(
     forward_passes = steps = 0
     cancelled = False
     for index, hole in enumerate(canvas.holes):
-        if should_stop is not None and should_stop():
+        if hooks.stop_requested():
             cancelled = True
             break
-        fill = _fill_hole(network, loaded, canvas, ids, index, cfg, generator, should_stop)
+        fill = _fill_hole(network, loaded, canvas, ids, index, cfg, generator, hooks.should_stop)
         ids[hole.start : hole.end] = canvas.pad_id
         ids[hole.start : hole.start + len(fill.tokens)] = torch.tensor(fill.tokens, dtype=torch.long)
         forward_passes += fill.forward_passes
@@ -97,9 +96,9 @@ def infill_request_ar(
         for entry in fill.trace:
             entry["step"] = len(trace)
             trace.append(entry)
-            if on_step is not None:
-                on_step(entry)
-        if fill.forward_passes and should_stop is not None and should_stop():
+            if hooks.on_step is not None:
+                hooks.on_step(entry)
+        if fill.forward_passes and hooks.stop_requested():
             cancelled = index < len(canvas.holes) - 1
             if cancelled:
                 break
@@ -108,7 +107,7 @@ def infill_request_ar(
     document = canvas.document(ids, loaded.tokenizer)
     violations = validate(canvas, ids, loaded.tokenizer, hole_texts=holes, document=document)
     finished = time.perf_counter()
-    return InfillOutcome(
+    return Outcome(
         holes=holes,
         document=document,
         forward_passes=forward_passes,
@@ -120,7 +119,6 @@ def infill_request_ar(
             "total": finished - started,
         },
         trace=trace,
-        trace_sha256=trace_chain(trace),
         config=cfg.to_dict(),
         config_sha256=cfg.sha256,
         seed=canvas.seed,
@@ -131,6 +129,39 @@ def infill_request_ar(
         device=str(next(network.parameters()).device),
     )
 
+
+def infill_batch_ar(
+    loaded: LoadedModel,
+    requests: Sequence[dict[str, Any]],
+    *,
+    config: SamplerConfig | None = None,
+    hooks: Sequence[Hooks] | None = None,
+) -> list[Outcome | ValueError]:
+    """:func:`infill_request_ar` for each request in turn (the route decodes one at a time).
+
+    Same contract as the diffusion route's ``infill_batch``: one :class:`Hooks` per request,
+    and a request that cannot be read comes back as its ``ValueError`` in its place.
+    """
+    ar_network(loaded)  # a wrong model is the caller's error, not one request's
+    if hooks is not None and len(hooks) != len(requests):
+        raise ValueError(f"hooks must give one Hooks per request: {len(hooks)} for {len(requests)}")
+    outcomes: list[Outcome | ValueError] = []
+    for index, request in enumerate(requests):
+        try:
+            outcomes.append(infill_request_ar(
+                loaded, request, config=config, hooks=hooks[index] if hooks else None
+            ))  # fmt: skip
+        except ValueError as exc:
+            outcomes.append(exc)
+    return outcomes
+
+
+def ar_network(loaded: LoadedModel) -> StencilTransformer:
+    """The causal network of a Stencil AR-FIM model; ``ValueError`` for any other model."""
+    network = loaded.network
+    if loaded.kind != MODEL_KIND or not isinstance(network, StencilTransformer):
+        raise ValueError(f"the AR route needs a Stencil ar_fim model, got kind={loaded.kind!r}")
+    return network
 
 
 # -- one hole -----------------------------------------------------------------------------------
@@ -306,4 +337,6 @@ def _fill_choice(
     return _Fill(candidates[pick], 1 + len(candidates), trace)
 
 
-__all__ = ["ROUTE", "fim_prompt", "infill_request_ar", "score_candidates"]
+__all__ = [
+    "ROUTE", "ar_network", "fim_prompt", "infill_batch_ar", "infill_request_ar", "score_candidates",
+]

@@ -40,6 +40,7 @@ from gpu_worker.engine.constraints import (
     schema_skeleton,
     token_table,
 )
+from gpu_worker.engine.outcome import MAX_SEED
 from gpu_worker.engine.tokenizer import StencilTokenizer, encode_before_word
 
 HoleConstraint = PatternConstraint | ChoiceConstraint
@@ -186,8 +187,8 @@ def parse_canvas(
     if unknown:
         raise ValueError(f"unknown canvas field(s) {unknown}; known: {sorted(_TOP_LEVEL_FIELDS)}")
     seed = data.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
-        raise ValueError(f"seed={seed!r} must be an integer in [0, 2**63)")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed={seed!r} must be an integer from 0 to {MAX_SEED}")
     sampler = data.get("sampler", {})
     if not isinstance(sampler, dict):
         raise ValueError(f"sampler={sampler!r} must be a JSON object of SamplerConfig fields")

@@ -10,7 +10,8 @@ from django.db import connection
 from audit.canonical import canonical_json, sha256_hex
 from audit.models import AppendOnlyError, Diagnostic, LogEntry, RunRecord
 from audit.services import checkpoint_write, diagnostics_sampled, diagnostics_wanted
-from tests.audit.conftest import SNAPSHOT_MARKER, FakeOutcome, fake_trace
+from gpu_worker.engine.trace import trace_chain
+from tests.audit.conftest import SNAPSHOT_MARKER, fake_outcome, fake_trace
 
 
 def test_run_record_body_is_canonical_json_with_its_sha256(record_fake: Any) -> None:
@@ -44,6 +45,23 @@ def test_run_record_body_holds_what_reproduces_the_run(record_fake: Any) -> None
     assert body["stencil.router_decision"] == {"route": "diffusion", "why": "default"}
 
 
+def test_run_record_trace_head_is_the_outcomes_trace_sha256(record_fake: Any) -> None:
+    outcome = fake_outcome()
+    run = record_fake(outcome=outcome)
+    body = json.loads(run.body)
+    assert run.schema_version == body["schema_version"] == 2
+    assert run.trace_sha256 == body["stencil.outcome"]["trace_sha256"] == outcome.trace_sha256
+    assert outcome.trace_sha256 == trace_chain(fake_trace())
+    assert "trace_chain_head" not in body["stencil.outcome"]  # one head, said once
+
+
+def test_run_record_names_the_model_that_produced_the_outcome(record_fake: Any) -> None:
+    outcome = fake_outcome(model={**fake_outcome().model, "weights_sha256": "33" * 32})
+    model = json.loads(record_fake(outcome=outcome).body)["stencil.model"]
+    assert model["weights_sha256"] == "33" * 32
+    assert model["dir"].endswith("stencil-placeholder")
+
+
 def test_trace_steps_are_hash_chained(record_fake: Any) -> None:
     run = record_fake()
     steps = json.loads(run.trace)
@@ -59,7 +77,7 @@ def test_no_raw_intermediate_text_in_records_logs_or_checkpoints(
     record_fake: Any, audit_settings: Any
 ) -> None:
     output_text = "Mr Unmistakable Outputname"
-    outcome = FakeOutcome(
+    outcome = fake_outcome(
         trace=[{**s, "draft": f"{SNAPSHOT_MARKER} in trace"} for s in fake_trace()],
         holes={"name": output_text},
         document=f"Dear {output_text}",

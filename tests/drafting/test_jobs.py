@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from drafting import services
 from drafting.models import InfillJob
 from drafting.router import route_choose
-from gpu_worker.pipeline import JobBusy, derive_seed, escalate, job_claim
+from gpu_worker.claims import JobBusy, job_claim
+from gpu_worker.pipeline import derive_seed, escalate
 
 REQUEST = {"segments": [{"text": "Dear "}, {"hole": "name", "max_tokens": 6}, {"text": ",\n"}]}
 

@@ -15,6 +15,7 @@ from gpu_worker.engine.backends import load_backend
 from gpu_worker.engine.canvas import parse_canvas
 from gpu_worker.engine.loaded import LoadedModel
 from gpu_worker.engine.model import StencilTransformer, save_model
+from gpu_worker.engine.outcome import Hooks
 from gpu_worker.engine.tokenizer import StencilTokenizer
 from tests.gpu_worker.conftest import make_model
 
@@ -153,10 +154,24 @@ def test_with_hole_masks_the_prompt_shows_this_hole_and_the_later_ones_as_masks(
 
 def test_should_stop_cancels_before_the_next_hole(ar: LoadedModel) -> None:
     calls = iter([False, True, True, True, True, True, True, True, True])
-    outcome = infill_request_ar(ar, _request(), should_stop=lambda: next(calls, True))
+    outcome = infill_request_ar(ar, _request(), hooks=Hooks(should_stop=lambda: next(calls, True)))
     assert outcome.cancelled
 
 
 def test_a_denoiser_is_refused(model_dir: Path) -> None:
     with pytest.raises(ValueError, match="ar_fim"):
         infill_request_ar(load_backend(model_dir), _request())
+
+
+def test_run_on_the_ar_route_is_this_route_and_a_batch_keeps_bad_requests_in_place(
+    ar: LoadedModel,
+) -> None:
+    from gpu_worker.engine.run import route_for, run, run_batch
+
+    assert route_for(ar) == "ar"
+    alone = infill_request_ar(ar, _request())
+    assert run("ar", ar, _request()).trace_sha256 == alone.trace_sha256
+    bad = {"segments": [{"hole": "x"}]}
+    first, second = run_batch("ar", ar, [_request(), bad])
+    assert not isinstance(first, ValueError) and first.holes == alone.holes
+    assert isinstance(second, ValueError) and "max_tokens" in str(second)

@@ -1,4 +1,4 @@
-"""infill_request (the library entry point) and the CLI."""
+"""The engine's one entry point (run, run_batch) on the diffusion route, and the CLI."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ import pytest
 
 from gpu_worker.engine.backends import load_backend
 from gpu_worker.engine.config import PRESETS, SamplerConfig
-from gpu_worker.engine.infill import InfillOutcome, infill_batch, infill_request, trace_chain
 from gpu_worker.engine.loaded import LoadedModel
+from gpu_worker.engine.outcome import Hooks, Outcome
+from gpu_worker.engine.run import run, run_batch
+from gpu_worker.engine.trace import trace_chain
 from gpu_worker.infill import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,9 +37,13 @@ def loaded(model_dir: Path) -> LoadedModel:
     return load_backend(model_dir)
 
 
-def test_infill_request_fills_validates_and_hashes(loaded: LoadedModel) -> None:
+def infill_request(loaded: LoadedModel, request: dict[str, Any], **kwargs: Any) -> Outcome:
+    return run("diffusion", loaded, request, **kwargs)
+
+
+def test_run_fills_validates_and_hashes(loaded: LoadedModel) -> None:
     outcome = infill_request(loaded, REQUEST)
-    assert isinstance(outcome, InfillOutcome)
+    assert isinstance(outcome, Outcome)
     assert outcome.route == "diffusion" and not outcome.cancelled
     assert outcome.violations == []
     assert outcome.document.startswith("Dear ") and outcome.document.endswith(".")
@@ -50,7 +56,19 @@ def test_infill_request_fills_validates_and_hashes(loaded: LoadedModel) -> None:
     assert {"committed", "committed_sha256", "canvas_sha256", "confidence", "step_ms"} <= set(
         outcome.trace[0]
     )
-    json.dumps(outcome.to_json())
+    assert json.loads(json.dumps(outcome.to_json()))["trace_sha256"] == outcome.trace_sha256
+
+
+def test_an_unknown_route_is_refused_by_name(loaded: LoadedModel) -> None:
+    with pytest.raises(ValueError, match="'beam'"):
+        run("beam", loaded, REQUEST)
+    with pytest.raises(ValueError, match="'beam'"):
+        run_batch("beam", loaded, [REQUEST])
+
+
+def test_the_ar_route_refuses_a_denoiser(loaded: LoadedModel) -> None:
+    with pytest.raises(ValueError, match="ar_fim"):
+        run("ar", loaded, REQUEST)
 
 
 def test_the_same_request_gives_the_same_trace_hash(loaded: LoadedModel) -> None:
@@ -73,8 +91,7 @@ def test_should_stop_cancels_and_on_step_sees_each_entry(loaded: LoadedModel) ->
         loaded,
         REQUEST,
         config=SamplerConfig(commit_rule="even", steps_per_block=10, block_length=10),
-        on_step=seen.append,
-        should_stop=lambda: len(seen) >= 2,
+        hooks=Hooks(on_step=seen.append, should_stop=lambda: len(seen) >= 2),
     )
     assert outcome.cancelled and outcome.steps == 2 and outcome.trace == seen
 
@@ -83,7 +100,7 @@ def test_on_snapshot_gets_provisional_hole_texts_and_stable_prefixes(loaded: Loa
     snapshots: list[tuple[int, dict[str, str], dict[str, str]]] = []
     outcome = infill_request(
         loaded, REQUEST,
-        on_snapshot=lambda step, texts, stable: snapshots.append((step, texts, stable)),
+        hooks=Hooks(on_snapshot=lambda step, texts, stable: snapshots.append((step, texts, stable))),
     )  # fmt: skip
     assert [step for step, _, _ in snapshots] == list(range(outcome.steps))
     assert snapshots[-1][1] == outcome.holes
@@ -93,19 +110,22 @@ def test_on_snapshot_gets_provisional_hole_texts_and_stable_prefixes(loaded: Loa
         assert all(texts[name].startswith(prefix) for name, prefix in stable.items())
 
 
-def test_infill_batch_returns_bad_requests_as_errors_in_place(loaded: LoadedModel) -> None:
+def test_run_batch_returns_bad_requests_as_errors_in_place(loaded: LoadedModel) -> None:
     config = SamplerConfig(cache="none", temperature=0.8, commit_rule="threshold", threshold=0.5)
     bad = {"segments": [{"hole": "x"}]}
     other = {**REQUEST, "seed": 3}
     rows: list[int] = []
-    outcomes = infill_batch(
-        loaded, [REQUEST, bad, other], config=config, on_step=lambda row, _e: rows.append(row)
-    )
+
+    def seen_by(row: int) -> Hooks:
+        return Hooks(on_step=lambda _entry: rows.append(row))
+
+    hooks = [seen_by(row) for row in range(3)]
+    outcomes = run_batch("diffusion", loaded, [REQUEST, bad, other], config, hooks)
     assert isinstance(outcomes[1], ValueError) and "max_tokens" in str(outcomes[1])
     assert set(rows) == {0, 2}
     for index in (0, 2):
         batched = outcomes[index]
-        assert isinstance(batched, InfillOutcome)
+        assert isinstance(batched, Outcome)
         alone = infill_request(loaded, [REQUEST, bad, other][index], config=config)
         assert batched.trace_sha256 == alone.trace_sha256
         assert batched.document == alone.document
@@ -126,6 +146,18 @@ def test_cli_prints_holes_document_passes_timings_and_trace_hash(
     assert code == 0
     report = json.loads(out)
     assert {"holes", "document", "forward_passes", "timings", "trace_sha256"} <= set(report)
+    assert report["route"] == "diffusion"
+
+
+def test_cli_runs_an_ar_fim_model_on_its_own_route(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "canvas.json"
+    path.write_text(json.dumps({**REQUEST, "sampler": {}}))
+    code, out, err = run_cli(capsys, str(path), "--model", str(REPO / "models" / "stencil-ar-fim"))
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["route"] == "ar" and report["document"].startswith("Dear ")
 
 
 @pytest.mark.parametrize(

@@ -37,11 +37,18 @@ from research.train import (
     model_config,
     pick_holes,
     repeated_spans,
+    reproduce_commands,
     template_holes,
     train,
     training_phases,
     transplant_vocabulary,
 )
+
+
+def _recipe(out: Path) -> str:
+    """The commands that rebuild ``out`` (its card names scripts/reproduce-model, which runs them)."""
+    return "\n".join(reproduce_commands(out, json.loads((out / "training.json").read_text())))
+
 
 TINY = {"d_model": 32, "n_layers": 2, "n_heads": 2, "ffn_hidden": 64, "batch_size": 4,
         "warmup_steps": 2, "eval_every": 10_000, "checkpoint_every": 5, "lr": 3e-3}  # fmt: skip
@@ -444,7 +451,9 @@ def test_cli_writes_every_artifact(tokenizer_file: Path, tmp_path: Path) -> None
     assert summary["steps"] == 4 and summary["tokens"] > 0 and summary["flops"] > 0
     card = (out / "MODEL_CARD.md").read_text()
     assert "training compute" in card and f"{summary['tokens']:,}" in card
-    assert "--batch-size 2 --steps 4" in card  # not the default batch: the card says so
+    assert "Reproduce: `scripts/reproduce-model models/tiny-denoiser` (1 training run" in card
+    assert "--d-model 32 --layers 2 --heads 2 --ffn 64" in _recipe(out)  # not the defaults
+    assert "--batch-size 2 --steps 4" in _recipe(out)
 
 
 def test_a_card_is_rewritten_from_training_json_for_weights_trained_elsewhere(
@@ -464,7 +473,8 @@ def test_a_card_is_rewritten_from_training_json_for_weights_trained_elsewhere(
     assert (out / "loss_curve.png").is_file()
     assert "| phase 2: wall time | 1.5 min on one NVIDIA H200 (cuda), fp32 (TF32 matmuls)" in card
     assert "| phase 1: wall time" in card and "CPU thread(s)" in card
-    assert "--no-bf16 --init-from" in card and "--batch-size 2 --device cuda --steps 3" in card
+    assert "--no-bf16 --init-from" in _recipe(out)
+    assert "--batch-size 2 --device cuda --steps 3" in _recipe(out)
     assert "and 1.5 minutes on one NVIDIA H200" in card
     assert "tiny-denoiser/MODEL_CARD.md" in (out.parent / "SHA256SUMS").read_text()
 
@@ -485,14 +495,15 @@ def test_the_card_reproduces_each_phase_on_the_corpus_edition_it_read(
     second = _tiny_cli(out, tokenizer_file, tmp_path / "b.pt", "--init-from", str(out))
     assert second["config"]["corpus_edition"] == CORPUS_EDITION == 4
     assert second["init_from"]["training"]["config"]["corpus_edition"] == 1
-    card = (out / "MODEL_CARD.md").read_text()
-    assert "Reproduce: `python -m research.train --kind tokenizer --corpus-edition 1`" in card
-    assert card.count("--corpus-edition 1") == 2  # the vocabulary and the first phase
+    card, recipe = (out / "MODEL_CARD.md").read_text(), _recipe(out)
+    assert recipe.startswith("python -m research.train --kind tokenizer --corpus-edition 1\n")
+    assert recipe.count("--corpus-edition 1") == 2  # the vocabulary and the first phase
     assert "Corpus: edition 1 in phase 1, edition 4 in phase 2 (" in card
     del second["init_from"]["training"]["config"]["corpus_edition"]  # recorded before editions
     (out / "training.json").write_text(json.dumps(second))
     main(["--card", str(out)])
     assert (out / "MODEL_CARD.md").read_text() == card  # such a phase read edition 1
+    assert _recipe(out) == recipe
 
 
 def test_a_continuation_adds_a_copy_head_and_its_card_adds_up_both_phases(
@@ -515,14 +526,15 @@ def test_a_continuation_adds_a_copy_head_and_its_card_adds_up_both_phases(
     card = (out / "MODEL_CARD.md").read_text()
     assert f"{first['tokens'] + second['tokens']:,}" in card  # tokens of both phases
     assert "phase 1" in card and "phase 2" in card
-    assert "--copy-dim 0" in card and "--copy-dim 8 --no-bf16 --init-from" in card
-    assert card.count("--segment-boundaries") == 1  # the first phase's recipe, not the second's
+    recipe = _recipe(out)
+    assert "--copy-dim 0" in recipe and "--copy-dim 8 --no-bf16 --init-from" in recipe
+    assert recipe.count("--segment-boundaries") == 1  # the first phase's recipe, not the second's
 
     third = _tiny_cli(out, tokenizer_file, tmp_path / "c.pt", "--copy-dim", "8",
                       "--room-buckets", "16", "--init-from", str(out))  # fmt: skip
     assert third["config"]["room_buckets"] == 16
     assert load_model(out).config.room_buckets == 16
-    assert "--copy-dim 8 --room-buckets 16 --no-bf16 --init-from" in (out / "MODEL_CARD.md").read_text()
+    assert "--copy-dim 8 --room-buckets 16 --no-bf16 --init-from" in _recipe(out)
 
     fourth = _tiny_cli(out, tokenizer_file, tmp_path / "d.pt", "--copy-dim", "8",
                        "--room-buckets", "16", "--copy-twins", "--init-from", str(out))  # fmt: skip
@@ -530,7 +542,7 @@ def test_a_continuation_adds_a_copy_head_and_its_card_adds_up_both_phases(
     loaded = load_model(out)  # the twin table is the tokenizer's, saved with the weights
     spaced, bare = StencilTokenizer.from_file(tokenizer_file).space_twins()
     assert loaded.copy.twins.tolist() == [spaced, bare] and spaced != bare
-    assert "--room-buckets 16 --copy-twins --no-bf16 --init-from" in (out / "MODEL_CARD.md").read_text()
+    assert "--room-buckets 16 --copy-twins --no-bf16 --init-from" in _recipe(out)
     assert load_backend(out).tokenizer.virtual_spaces is False
 
     fifth = _tiny_cli(out, tokenizer_file, tmp_path / "e.pt", "--copy-dim", "8",
@@ -538,9 +550,8 @@ def test_a_continuation_adds_a_copy_head_and_its_card_adds_up_both_phases(
                       "--init-from", str(out))  # fmt: skip
     assert fifth["config"]["virtual_spaces"] is True and load_model(out).config.virtual_spaces
     assert load_backend(out).tokenizer.virtual_spaces is True  # canvases follow the model
-    card = (out / "MODEL_CARD.md").read_text()
-    assert card.count("--virtual-spaces") == 1  # the last phase's recipe only
-    assert "| virtual spaces | yes" in card
+    assert _recipe(out).count("--virtual-spaces") == 1  # the last phase's recipe only
+    assert "| virtual spaces | yes" in (out / "MODEL_CARD.md").read_text()
     with pytest.raises(SystemExit):  # a later phase may not drop it silently
         _tiny_cli(out, tokenizer_file, tmp_path / "f.pt", "--copy-dim", "8",
                   "--room-buckets", "16", "--copy-twins", "--init-from", str(out))  # fmt: skip
@@ -552,9 +563,10 @@ def test_a_continuation_adds_a_copy_head_and_its_card_adds_up_both_phases(
     assert sixth["config"]["spaced_lines"] is True and sixth["config"]["virtual_spaces"] is True
     tokenizer = load_backend(out).tokenizer  # canvases and rows follow the model
     assert tokenizer.spaced_lines and tokenizer.virtual_spaces
-    card = (out / "MODEL_CARD.md").read_text()
-    assert "| spaced lines | yes" in card and card.count("--spaced-lines") == 1
-    assert card.count("--virtual-spaces") == 1  # the fifth phase's
+    recipe = _recipe(out)
+    assert "| spaced lines | yes" in (out / "MODEL_CARD.md").read_text()
+    assert recipe.count("--spaced-lines") == 1
+    assert recipe.count("--virtual-spaces") == 1  # the fifth phase's
     with pytest.raises(SystemExit):  # nor may it drop spaced lines
         _tiny_cli(out, tokenizer_file, tmp_path / "h.pt", "--copy-dim", "8", "--room-buckets",
                   "16", "--copy-twins", "--virtual-spaces", "--init-from", str(out))  # fmt: skip
@@ -656,11 +668,12 @@ def test_a_transplant_moves_a_model_onto_a_new_vocabulary_and_a_continuation_tra
     continued = json.loads((out / "training.json").read_text())
     assert len(training_phases(continued)) == 2  # the source's phase, then the continuation
     assert load_model(out).copy.twins.tolist() == new.copy.twins.tolist()
-    card = (out / "MODEL_CARD.md").read_text()
-    assert "--transplant" in card and "byte-level BPE learned from train documents, 700 tokens" in card
+    card, recipe = (out / "MODEL_CARD.md").read_text(), _recipe(out)
+    assert "--transplant" in recipe and "byte-level BPE learned from train documents, 700 tokens" in card
     sha = summary["vocabulary_transplant"]["tokenizer_sha256"]  # how to learn the vocabulary again
-    assert (f"`python -m research.train --kind tokenizer --spaced-lines --vocab-size 700 --out "
-            f"var/tokenizer/{sha[:12]}.json` (check that its sha256 is {sha})") in card  # fmt: skip
+    assert (f"python -m research.train --kind tokenizer --spaced-lines --vocab-size 700 --out "
+            f"var/tokenizer/{sha[:12]}.json\necho '{sha}  var/tokenizer/{sha[:12]}.json' | "
+            "sha256sum --check\n") in recipe  # fmt: skip
 
 
 def test_a_model_moves_onto_a_vocabulary_with_the_email_names_and_learns_lower_case_twins(
@@ -690,9 +703,10 @@ def test_a_model_moves_onto_a_vocabulary_with_the_email_names_and_learns_lower_c
     trained = load_model(out)
     assert trained.copy.lower_twins.tolist() == [list(t) for t in after.case_twins()]
     assert float(trained.copy.lower_gate.weight.detach().abs().sum()) > 0  # trained from zero
-    card = (out / "MODEL_CARD.md").read_text()
+    card, recipe = (out / "MODEL_CARD.md").read_text(), _recipe(out)
     sha = record["tokenizer_sha256"]
-    assert (f"`python -m research.train --kind tokenizer --extend var/tokenizer/tokenizer.json "
-            f"--out var/tokenizer/{sha[:12]}.json` (check that its sha256 is {sha})") in card
-    assert "--copy-twins --copy-lower --lr 0.0005 --no-bf16" in card
+    assert (f"python -m research.train --kind tokenizer --extend var/tokenizer/tokenizer.json "
+            f"--out var/tokenizer/{sha[:12]}.json\necho '{sha}  var/tokenizer/{sha[:12]}.json' | "
+            "sha256sum --check\n") in recipe  # fmt: skip
+    assert "--copy-twins --copy-lower --lr 0.0005 --no-bf16" in recipe
     assert "| lower-case twins | yes" in card
