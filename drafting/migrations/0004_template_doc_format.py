@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('drafting', '0002_apitoken'),
+        ('drafting', '0003_infilljob_dispatched'),
     ]
 
     operations = [

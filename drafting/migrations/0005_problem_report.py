@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('audit', '0001_initial'),
-        ('drafting', '0003_template_doc_format'),
+        ('drafting', '0004_template_doc_format'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -17,7 +17,7 @@ def publish_latest(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('drafting', '0004_problem_report'),
+        ('drafting', '0005_problem_report'),
     ]
 
     operations = [
