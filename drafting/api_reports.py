@@ -40,5 +40,5 @@ def fragment_report(request: HttpRequest, draft_id: int, fragment_id: int) -> Ht
 @api_endpoint("GET")
 def problem_reports(request: HttpRequest) -> HttpResponse:
     """The signed-in person's reports, newest first, with their incidents' status."""
-    mine = ProblemReport.objects.filter(reporter=request.user).select_related("incident")[:100]
+    mine = ProblemReport.objects.filter(reporter_id=request.user.pk).select_related("incident")[:100]
     return JsonResponse({"reports": [report_json(r) for r in mine]})

@@ -110,7 +110,7 @@ def letter_docx(chosen: ExportText, *, title: str) -> bytes:
     document.core_properties.title = title
     document.core_properties.subject = chosen.status
     style = document.styles["Normal"]
-    style.font.size = Pt(FONT_SIZE_PT)  # type: ignore[attr-defined]
+    style.font.size = Pt(FONT_SIZE_PT)
     section = document.sections[0]
     if not chosen.accepted:
         header = section.header.paragraphs[0]

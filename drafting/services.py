@@ -80,7 +80,7 @@ def draft_values_check(*, version: TemplateVersion, values: dict[str, Any]) -> d
 def _field_text(version: TemplateVersion, fragment_spec: dict[str, Any], name: str,
                 values: dict[str, Any]) -> str:  # fmt: skip
     """A field's value as it stands in the document: display format, escaped for its place."""
-    declared = next((f for f in version.fields if f["name"] == name), {})
+    declared: dict[str, Any] = next((f for f in version.fields if f["name"] == name), {})
     context = fragment_spec.get("context") or docformat.CONTEXT_TEXT
     return docformat.field_text(values.get(name), declared, context=context,
                                 doc_format=version.doc_format)  # fmt: skip

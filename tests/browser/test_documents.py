@@ -30,7 +30,7 @@ def accept_every_span(page: Any) -> None:
         )
 
 
-def download_text(page: Any, link_name: str) -> str:
+def download_text(page: Any, link_name: str | re.Pattern[str]) -> str:
     with page.expect_download() as download:
         page.get_by_role("link", name=link_name).click()
     return Path(download.value.path()).read_text(encoding="utf-8")
@@ -78,6 +78,7 @@ def test_a_quoted_name_in_a_json_record_exports_as_valid_json(
     problems = page.locator("#accept-problems").inner_text()
     assert "Follow up weeks" in problems and "form the template asks for" in problems
     draft.refresh_from_db()
+    assert draft.accepted_revision is not None
     assert json.loads(draft.accepted_revision.text)["summary"] == 'Said "fine" \\ no pain'
 
 
@@ -141,6 +142,7 @@ def test_the_markdown_export_keeps_the_letterhead_and_signature_lines(
     from drafting.models import TemplateVersion
 
     version = TemplateVersion.objects.filter(template__slug="offer-letter").first()
+    assert version is not None
     draft = services.draft_create(owner=alice, version=version, values=dict(OFFER_VALUES))
     log_in(page, live_server.url)
     page.goto(f"{live_server.url}/drafts/{draft.id}/review/")

@@ -43,7 +43,7 @@ def test_a_succeeded_job_shows_its_result_not_its_last_progress_row(
     page.wait_for_function("document.getElementById('committed').textContent === '50%'")
     job_succeed(job, {"reason": FULL})
     InfillJob.objects.filter(pk=job.pk).update(
-        progress=stale_progress(job), result={**job.result, "steps": 20}
+        progress=stale_progress(job), result={**(job.result or {}), "steps": 20}
     )
     page.wait_for_function("document.getElementById('progress').dataset.state === 'succeeded'")
     for seen in (page, page.context.new_page()):
@@ -69,6 +69,7 @@ def test_pages_speak_plain_words_not_internal_names(
     log_in(page, base)
     # A hole declared without a label is named in words on the job page.
     incident = TemplateVersion.objects.filter(template__slug="incident-report").first()
+    assert incident is not None
     values = {"ref": "INC-2025-0042", "site": "Depot 4", "incident_date": "14 May 2025",
               "reporter": "Ana Ruiz", "severity": "Low", "event": "a pallet fell"}  # fmt: skip
     draft = services.draft_create(owner=alice, version=incident, values=values)

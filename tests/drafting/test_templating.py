@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,7 +14,7 @@ from tests.drafting.helpers import REFERRAL_SOURCE, VALUES
 FIELD = '{{ field("name") }}'
 
 
-def message(source: str, **kwargs: int) -> str:
+def message(source: str, **kwargs: Any) -> str:
     with pytest.raises(TemplateError) as info:
         parse_template(source, **kwargs)
     return str(info.value)
