@@ -19,6 +19,24 @@ from audit.models import AuditEvent, Diagnostic, Incident, LogEntry, RunRecord
 from audit.replay import ReplayError
 
 TIMELINE_COLUMNS_MAX = 8
+INCIDENT_SUMMARY_MAX = 2000
+REPLAY_TASK = "audit.tasks.run_replay"  # enqueued by name, on the audit queue
+
+
+def replay_dispatch(*, run_id: str) -> None:
+    """Send a run's id (never the run) to the audit queue's replay task."""
+    from celery import current_app as app
+    from django.conf import settings
+
+    app.send_task(REPLAY_TASK, (run_id,), queue=settings.QUEUE_AUDIT)
+
+
+def _replay_summary(event: AuditEvent) -> str:
+    try:
+        details = json.loads(event.details)
+    except ValueError:
+        return "unreadable result"
+    return str(details.get("summary") or ("identical" if details.get("identical") else "diverged"))
 
 if TYPE_CHECKING:
     ModelAdminBase = admin.ModelAdmin[Any]
@@ -131,9 +149,48 @@ class RunRecordAdmin(ReadOnlyAdmin):
                 "<path:object_id>/replay/",
                 self.admin_site.admin_view(self.replay_view),
                 name="audit_runrecord_replay",
-            )
+            ),
+            path(
+                "<path:object_id>/incident/",
+                self.admin_site.admin_view(self.incident_view),
+                name="audit_runrecord_incident",
+            ),
         ]
         return custom + super().get_urls()
+
+    def incident_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Open an incident on this run: a summary of what is wrong, by the signed-in admin."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        run = get_object_or_404(RunRecord, pk=object_id)
+        summary = ""
+        error = ""
+        status = 200
+        if request.method == "POST":
+            summary = str(request.POST.get("summary") or "").replace("\x00", "").strip()
+            if not summary:
+                error, status = "Say what is wrong with this run.", 400
+            elif len(summary) > INCIDENT_SUMMARY_MAX:
+                error, status = f"At most {INCIDENT_SUMMARY_MAX} characters.", 400
+            else:
+                incident = services.incident_open(
+                    kind=Incident.Kind.USER_REPORT, summary=summary, run=run,
+                    reporter=request.user,
+                )  # fmt: skip
+                self.message_user(request, f"Incident {incident.pk} opened on run {run.pk}.",
+                                  messages.SUCCESS)  # fmt: skip
+                return HttpResponseRedirect(
+                    reverse("admin:audit_incident_change", args=[incident.pk]))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Open an incident on run {run.pk}",
+            "run": run,
+            "summary": summary,
+            "error": error,
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/audit/runrecord/incident.html", context,
+                                status=status)  # fmt: skip
 
     def _replay(self, request: HttpRequest, run: RunRecord) -> None:
         try:
@@ -144,10 +201,17 @@ class RunRecordAdmin(ReadOnlyAdmin):
         level = messages.SUCCESS if report.identical else messages.WARNING
         self.message_user(request, f"run {run.pk}: {report.summary}", level)
 
-    @admin.action(description="Replay selected runs and compare traces")
+    @admin.action(description="Replay selected runs in the background and compare traces")
     def replay_selected(self, request: HttpRequest, queryset: QuerySet[RunRecord]) -> None:
-        for run in queryset:
-            self._replay(request, run)
+        """Queue one replay task per run (a replay re-runs the model: seconds each), so the
+        page answers at once; each result is a 'run replayed' audit event on the run's page."""
+        run_ids = [str(pk) for pk in queryset.values_list("pk", flat=True)]
+        for run_id in run_ids:
+            replay_dispatch(run_id=run_id)
+        self.message_user(
+            request, f"{len(run_ids)} replay(s) queued. Each result appears on its run's page "
+            "and as a 'run replayed' audit event.", messages.SUCCESS,
+        )  # fmt: skip
 
     def replay_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         if request.method != "POST" or not self.has_view_permission(request):
@@ -173,7 +237,13 @@ class RunRecordAdmin(ReadOnlyAdmin):
                 diagnostics=list(run.diagnostics.all()),
                 incidents=list(Incident.objects.filter(run_id=run.pk)),
                 replay_url=reverse("admin:audit_runrecord_replay", args=[run.pk]),
+                incident_url=reverse("admin:audit_runrecord_incident", args=[run.pk]),
             )
+            last = (AuditEvent.objects.filter(kind=AuditEvent.Kind.RUN_REPLAYED,
+                                              subject=f"run:{run.pk}")
+                    .order_by("-created").first())  # fmt: skip
+            if last is not None:
+                context.update(last_replay=last, last_replay_summary=_replay_summary(last))
         return super().change_view(request, object_id, form_url, extra_context=context)
 
 

@@ -425,3 +425,22 @@ def run_replay(*, run: RunRecord, actor: str = SYSTEM_ACTOR) -> ReplayReport:
         details=report.to_json(),
     )
     return report
+
+
+def incident_report(
+    *, run: RunRecord | None, reporter: Any, reason: str, note: str, where: str,
+    job_id: str | None = None,
+) -> Incident:  # fmt: skip
+    """A person reports a bad output: an incident of kind user_report tied to its run.
+
+    ``where`` names what was reported (e.g. "span 'Clinical summary' of draft 12"); the
+    summary holds the reason and the person's note, never the reported text itself (a replay
+    of the run reproduces it).
+    """
+    if not reason.strip():
+        raise ValueError("reason must not be empty")
+    summary = f"Reported by a reviewer: {reason.strip()}. Where: {where}."
+    if note.strip():
+        summary += f" Note: {note.strip()}"
+    return incident_open(kind=Incident.Kind.USER_REPORT, summary=summary, run=run,
+                         job_id=job_id, reporter=reporter)  # fmt: skip

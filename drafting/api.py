@@ -18,9 +18,16 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 
-from drafting import selectors, services
+from drafting import checks, docformat, exports, selectors, services
 from drafting.auth import AuthError, csrf_failure_reason, user_from_authorization
-from drafting.models import Draft, DraftRevision, Fragment, InfillJob, TemplateVersion
+from drafting.authoring import user_is_template_author
+from drafting.models import (
+    Draft,
+    DraftRevision,
+    Fragment,
+    InfillJob,
+    TemplateVersion,
+)
 from drafting.services import MAX_SEED
 from drafting.templating import TemplateError
 
@@ -29,7 +36,6 @@ if TYPE_CHECKING:
 
 MAX_BODY_BYTES = 1_000_000  # 1 MB: larger request bodies are refused before they are read
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
-EXPORT_FORMATS = {"txt": "txt", "md": "md"}
 
 ApiView = Callable[..., HttpResponse]
 
@@ -97,7 +103,8 @@ def _translate_errors(view: ApiView, request: HttpRequest, *args: Any, **kwargs:
     except services.UserError as exc:
         return error_response(str(exc), status=400, errors=exc.errors)
     except TemplateError as exc:
-        return error_response(str(exc), status=400, errors={"source": str(exc)})
+        return JsonResponse({"error": str(exc), "errors": {"source": str(exc)},
+                             "line": exc.line, "column": exc.column}, status=400)
     except Http404 as exc:
         return error_response(str(exc) or "not found", status=404)
     except PermissionDenied as exc:
@@ -190,6 +197,7 @@ def template_json(version: TemplateVersion, *, source: bool = False) -> dict[str
         "fields": version.fields,
         "holes": version.holes,
         "route_hint": version.route_hint,
+        "doc_format": version.doc_format,
     }
     if source:
         data["source"] = version.source
@@ -202,9 +210,10 @@ def fragment_json(fragment: Fragment) -> dict[str, Any]:
         "position": fragment.position,
         "kind": fragment.kind,
         "name": fragment.name,
-        "label": (fragment.spec or {}).get("label") or fragment.name,
+        "label": checks.fragment_display_label(fragment),
         "hint": (fragment.spec or {}).get("hint", ""),
         "text": fragment.text,
+        "value": docformat.unescape_for(fragment.text, (fragment.spec or {}).get("context", "")),
         "locked": fragment.locked,
         "status": fragment.status,
         "provisional": fragment.status == Fragment.Status.PROVISIONAL,
@@ -236,6 +245,8 @@ def draft_json(draft: Draft) -> dict[str, Any]:
         "fields": version.fields,
         "fragments": [fragment_json(f) for f in draft.fragments.all()],
         "has_provisional": selectors.draft_has_provisional(draft=draft),
+        "status": selectors.draft_status(draft=draft),
+        "latest_revision": getattr(selectors.draft_revision_list(draft=draft).first(), "number", 0),
         "accepted_revision": revision_json(draft.accepted_revision)
         if draft.accepted_revision
         else None,
@@ -256,6 +267,7 @@ def draft_summary_json(draft: Draft) -> dict[str, Any]:
         "template": draft.template_version.template.slug,
         "revision": draft.revision,
         "accepted": draft.accepted_revision_id is not None,
+        "status": selectors.draft_status(draft=draft),
         "updated": draft.updated.isoformat(),
     }
 
@@ -276,19 +288,73 @@ def _hole_labels(job: InfillJob) -> dict[str, str]:
     labels: dict[str, str] = {}
     if job.draft_id is None:
         return labels
-    by_id = {f.id: f for f in Fragment.objects.filter(draft_id=job.draft_id)}
+    fragments = Fragment.objects.filter(draft_id=job.draft_id).select_related("draft")
+    by_id = {f.id: f for f in fragments}
     for target in job.target_fragments:
         fragment = by_id.get(target.get("fragment"))
         if fragment is not None:
-            label = (fragment.spec or {}).get("label") or fragment.name or "selected text"
-            labels[str(target.get("hole"))] = str(label)
+            labels[str(target.get("hole"))] = checks.fragment_display_label(fragment)
     return labels
 
 
-def job_json(job: InfillJob) -> dict[str, Any]:
+def job_reasons_display(job: InfillJob, labels: dict[str, str] | None = None) -> list[str]:
+    """A job's reasons with each hole's internal name replaced by the span's name."""
+    labels = _hole_labels(job) if labels is None else labels
+    shown: list[str] = []
+    for reason in job.reasons:
+        text = str(reason)
+        for hole in sorted(labels, key=len, reverse=True):
+            text = text.replace(hole, labels[hole])
+        shown.append(text)
+    return shown
+
+
+def job_progress(job: InfillJob) -> dict[str, Any]:
+    """What a job has done, from its row. A succeeded job's progress is its result (every
+    position committed, the holes' final text), whatever the last throttled progress row said."""
     progress = job.progress or {}
     positions = int(progress.get("positions") or 0)
     committed = int(progress.get("committed") or 0)
+    holes: dict[str, Any] = progress.get("holes") or {}
+    step = int(progress.get("step") or 0)
+    max_steps = int(progress.get("max_steps") or 0)
+    result = job.result or {}
+    if job.state == InfillJob.State.SUCCEEDED and result:
+        final = {str(name): str(text) for name, text in (result.get("holes") or {}).items()}
+        holes = {name: {"stable": text, "provisional": text} for name, text in final.items()}
+        positions = positions or sum(int(s.get("max_tokens", 0))
+                                     for s in job.request.get("segments", []) if "hole" in s)
+        committed = positions
+        step = int(result.get("steps") or step)
+    share = round(committed / positions, 4) if positions else 0.0
+    if job.state == InfillJob.State.SUCCEEDED:
+        share = 1.0
+    return {
+        "attempt": int(progress.get("attempt") or 0),
+        "step": step,
+        "max_steps": max_steps,
+        "committed": committed,
+        "positions": positions,
+        "committed_share": share,
+        "holes": holes,
+        "provisional": True,
+        "step_text": _step_text(job.state, step, max_steps),
+    }
+
+
+def _step_text(state: str, step: int, max_steps: int) -> str:
+    """The step line a person reads: a budget is an upper bound, not a plan."""
+    if state == InfillJob.State.SUCCEEDED and step:
+        return f"{step} step{'s' if step != 1 else ''}"
+    if state in {InfillJob.State.FAILED, InfillJob.State.CANCELLED} and step:
+        return f"stopped at step {step}"
+    if step and max_steps:
+        return f"{step} (at most {max_steps})"
+    return "—"
+
+
+def job_json(job: InfillJob) -> dict[str, Any]:
+    labels = _hole_labels(job)
     result = None
     if job.result:
         result = {**job.result, "provisional": True}
@@ -297,19 +363,11 @@ def job_json(job: InfillJob) -> dict[str, Any]:
         "route": job.route,
         "queue_position": selectors.queue_position(job=job),
         "cancel_requested": job.cancel_requested,
-        "progress": {
-            "attempt": int(progress.get("attempt") or 0),
-            "step": int(progress.get("step") or 0),
-            "max_steps": int(progress.get("max_steps") or 0),
-            "committed": committed,
-            "positions": positions,
-            "committed_share": round(committed / positions, 4) if positions else 0.0,
-            "holes": progress.get("holes") or {},
-            "provisional": True,
-        },
-        "hole_labels": _hole_labels(job),
+        "progress": job_progress(job),
+        "hole_labels": labels,
         "result": result,
-        "reasons": job.reasons,
+        "reasons": job_reasons_display(job, labels),
+        "reason_codes": job.reasons,
         "attempts": len(job.attempts),
         "seed": job.seed,
         "config_sha256": job.config_sha256,
@@ -330,23 +388,28 @@ def job_json(job: InfillJob) -> dict[str, Any]:
 @api_endpoint("GET", "POST")
 def templates(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
-        if not request.user.is_staff:
-            raise PermissionDenied("only staff may create templates")
+        if not user_is_template_author(request.user):
+            raise PermissionDenied("only template authors may create templates")
         data = json_body(
             request,
-            allowed={"slug", "title", "kind", "source", "description", "route_hint"},
+            allowed={"slug", "title", "kind", "source", "description", "route_hint", "doc_format",
+                     "publish"},
             required={"slug", "title", "kind", "source"},
         )
+        publish = _typed(data, "publish", bool, "true or false")
         for name in data:
-            _typed(data, name, str, "a string")
+            if name != "publish":
+                _typed(data, name, str, "a string")
         version = services.template_version_create(
             slug=data["slug"], title=data["title"], kind=data["kind"], source=data["source"],
             description=data.get("description") or "",
             route_hint=data.get("route_hint") or "auto", user=request.user,
+            doc_format=data.get("doc_format") or "text", publish=publish is not False,
         )  # fmt: skip
         return JsonResponse(template_json(version, source=True), status=201)
     items = [
-        template_json(v) for t in selectors.template_list() if (v := t.latest_version()) is not None
+        template_json(t.published_version) for t in selectors.template_list_live()
+        if t.published_version is not None
     ]
     return JsonResponse({"templates": items})
 
@@ -354,8 +417,13 @@ def templates(request: HttpRequest) -> HttpResponse:
 @api_endpoint("GET")
 def template_detail(request: HttpRequest, slug: str) -> HttpResponse:
     template = selectors.template_get(slug=slug)
-    version = selectors.template_version_latest(template=template)
-    return JsonResponse(template_json(version, source=True))
+    if user_is_template_author(request.user):  # authors see their newest, published or not
+        version = selectors.template_version_latest(template=template)
+    else:
+        version = selectors.template_version_live(template=template)
+    data = template_json(version, source=True)
+    data["published"] = template.published_version_id == version.pk
+    return JsonResponse(data)
 
 
 # -- drafts ----------------------------------------------------------------------------------
@@ -369,7 +437,7 @@ def drafts(request: HttpRequest) -> HttpResponse:
         values = _typed(data, "values", dict, "an object of field values") or {}
         title = _typed(data, "title", str, "a string") or ""
         template = selectors.template_get(slug=slug)
-        version = selectors.template_version_latest(template=template)
+        version = selectors.template_version_live(template=template)
         draft = services.draft_create(owner=request.user, version=version, values=values,
                                       title=title)  # fmt: skip
         return JsonResponse(draft_json(draft), status=201)
@@ -377,9 +445,15 @@ def drafts(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"drafts": items})
 
 
-@api_endpoint("GET", "PATCH")
+@api_endpoint("GET", "PATCH", "DELETE")
 def draft_detail(request: HttpRequest, draft_id: int) -> HttpResponse:
     draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    if request.method == "DELETE":
+        try:
+            services.draft_delete(draft=draft)
+        except services.UserError as exc:
+            return error_response(str(exc), status=409)
+        return HttpResponse(status=204)
     if request.method == "PATCH":
         data = json_body(request, allowed={"values"}, required={"values"})
         values = _typed(data, "values", dict, "an object of field values")
@@ -444,7 +518,7 @@ def draft_infill(request: HttpRequest, draft_id: int) -> HttpResponse:
 def draft_revisions(request: HttpRequest, draft_id: int) -> HttpResponse:
     draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
     revisions = [revision_json(r) for r in selectors.draft_revision_list(draft=draft)]
-    return JsonResponse({"revisions": revisions, "diff": services.revision_diff(draft=draft)})
+    return JsonResponse({"revisions": revisions, "diff": selectors.revision_diff(draft=draft)})
 
 
 @api_endpoint("POST")
@@ -460,15 +534,21 @@ def draft_accept(request: HttpRequest, draft_id: int) -> HttpResponse:
 def draft_export(request: HttpRequest, draft_id: int) -> HttpResponse:
     draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
     fmt = request.GET.get("format", "txt")
-    if fmt not in EXPORT_FORMATS:
-        raise BadRequest("format must be txt or md", errors={"format": "txt or md"})
-    return export_response(draft, fmt)
+    if fmt not in exports.EXPORT_FORMATS:
+        choices = ", ".join(exports.EXPORT_FORMATS)
+        raise BadRequest(f"format must be one of {choices}", errors={"format": choices})
+    which = request.GET.get("which", "current")
+    if which not in exports.EXPORT_WHICH:
+        raise BadRequest("which must be current or accepted", errors={"which": "current or accepted"})
+    return export_response(draft, fmt, which)
 
 
-def export_response(draft: Draft, fmt: str) -> HttpResponse:
-    content, content_type = services.draft_export(draft=draft, fmt=fmt)
+def export_response(draft: Draft, fmt: str, which: str = "current") -> HttpResponse:
+    content, content_type = exports.draft_export(draft=draft, fmt=fmt, which=which)
     response = HttpResponse(content, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="draft-{draft.id}.{fmt}"'
+    suffix = f"-revision-{draft.accepted_revision.number}" if (
+        which == "accepted" and draft.accepted_revision) else ""
+    response["Content-Disposition"] = f'attachment; filename="draft-{draft.id}{suffix}.{fmt}"'
     return response
 
 

@@ -18,9 +18,14 @@ class DocumentTemplate(models.Model):
     kind = models.CharField(max_length=60, help_text="document kind, e.g. referral_letter")
     description = models.TextField(blank=True)
     created = models.DateTimeField(auto_now_add=True)
+    # The version new drafts use; None = unpublished (not offered to people).
+    published_version = models.ForeignKey(
+        "TemplateVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["title"]
+        permissions = [("author_template", "Can write and publish templates (template author)")]
 
     def __str__(self) -> str:
         return self.title
@@ -38,6 +43,7 @@ class TemplateVersion(models.Model):
     fields = models.JSONField(default=list)  # parsed field declarations, in order
     holes = models.JSONField(default=list)  # parsed hole declarations, in order
     route_hint = models.CharField(max_length=20, default="auto")  # auto | diffusion | ar
+    doc_format = models.CharField(max_length=12, default="text")  # text | markdown | json
     created = models.DateTimeField(auto_now_add=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
@@ -131,6 +137,16 @@ class DraftRevision(models.Model):
             models.UniqueConstraint(fields=["draft", "number"], name="unique_draft_revision")
         ]
 
+    REASON_WORDS = {
+        "created": "created", "infill": "model text filled in", "accept": "a span accepted",
+        "reject": "a span rejected", "edit": "edited by hand", "values": "form values changed",
+        "accepted": "the whole text accepted",
+    }  # fmt: skip
+
+    @property
+    def reason_words(self) -> str:
+        return self.REASON_WORDS.get(self.reason, self.reason)
+
     def save(self, *args: Any, **kwargs: Any) -> None:
         if self.pk is not None:
             raise ValueError("a draft revision is immutable once written")
@@ -207,3 +223,34 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class ProblemReport(models.Model):
+    """A person's report of a bad span: which span, why, and the audit incident it opened."""
+
+    class Reason(models.TextChoices):
+        WRONG = "wrong_facts", "it states something wrong or invented"
+        UNSAFE = "unsafe", "it is unsafe or harmful"
+        OFFENSIVE = "offensive", "it is offensive or inappropriate"
+        GARBLED = "garbled", "it is garbled or not a sentence"
+        IGNORED = "ignored_context", "it ignores the form's values or the template"
+        OTHER = "other", "something else (say what in the note)"
+
+    draft = models.ForeignKey(Draft, on_delete=models.CASCADE, related_name="problem_reports")
+    fragment = models.ForeignKey(
+        Fragment, null=True, blank=True, on_delete=models.SET_NULL, related_name="reports"
+    )
+    span_label = models.CharField(max_length=200)  # what the span was called when reported
+    reporter = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    reason = models.CharField(max_length=20, choices=Reason.choices)
+    note = models.TextField(blank=True)
+    incident = models.ForeignKey(
+        "audit.Incident", on_delete=models.PROTECT, db_constraint=False, related_name="+"
+    )
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"report {self.pk} on {self.span_label}"

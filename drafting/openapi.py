@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from drafting.docformat import DOC_FORMATS
+from drafting.exports import DOCX_TYPE, EXPORT_FORMATS, EXPORT_WHICH
+from drafting.models import ProblemReport
+
 API_VERSION = "1.0.0"
+REPORT_REASONS = list(ProblemReport.Reason.values)
+DOC_FORMAT = {"type": "string", "enum": list(DOC_FORMATS), "default": "text"}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -57,6 +63,7 @@ def _path_param(name: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 DRAFT_ID = _path_param("draft_id", {"type": "integer"})
+SLUG = _path_param("slug", {"type": "string"})
 FRAGMENT_ID = _path_param("fragment_id", {"type": "integer"})
 JOB_ID = _path_param("job_id", {"type": "string", "format": "uuid"})
 PRESET = {"type": "string", "enum": ["fast", "balanced", "careful"], "default": "balanced"}
@@ -180,6 +187,30 @@ SCHEMAS: dict[str, Any] = {
             "cancel_requested": {"type": "boolean"},
         },
     },  # fmt: skip
+    "TemplateCheck": {
+        "type": "object",
+        "properties": {
+            "ok": {"type": "boolean"},
+            "errors": {"type": "array", "items": _object({
+                "message": {"type": "string"}, "line": {"type": "integer"},
+                "column": {"type": "integer"}})},
+            "fields": {"type": "array"}, "holes": {"type": "array"},
+            "pieces": {"type": "array"},
+            "document_schema": {"type": ["object", "null"]},
+        },
+    },  # fmt: skip
+    "ProblemReport": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer"}, "draft": {"type": "integer"},
+            "fragment": {"type": ["integer", "null"]}, "span": {"type": "string"},
+            "reason": {"type": "string", "enum": REPORT_REASONS}, "note": {"type": "string"},
+            "incident": {"type": "integer"},
+            "status": {"type": "string", "enum": ["open", "investigating", "resolved",
+                                                  "dismissed"]},
+            "created": {"type": "string", "format": "date-time"},
+        },
+    },  # fmt: skip
     "Canvas": {
         "type": "object",
         "description": "Canvas JSON: text segments are locked, holes are filled by the model.",
@@ -214,18 +245,56 @@ def openapi_spec() -> dict[str, Any]:
         "/api/v1/templates": {
             "get": _op("Document templates (latest versions)", _json(_object(
                 {"templates": {"type": "array", "items": _ref("Template")}}), "Templates")),
-            "post": _op("Save a template's next version (staff)",
+            "post": _op("Save a template's next version and publish it unless publish is "
+                        "false (template authors)",
                         _json(_ref("Template"), "The saved version"), 400, 403, status="201",
                         body=_object({
                             "slug": {"type": "string"}, "title": {"type": "string"},
                             "kind": {"type": "string"}, "source": {"type": "string"},
                             "description": {"type": "string"},
                             "route_hint": {"type": "string", "enum": ["auto", "diffusion", "ar"]},
+                            "doc_format": DOC_FORMAT, "publish": {"type": "boolean"},
                         }, ["slug", "title", "kind", "source"])),
         },
         "/api/v1/templates/{slug}": {
             "get": _op("One template with its source", _json(_ref("Template"), "The template"),
                        404, params=[_path_param("slug", {"type": "string"})]),
+        },
+        "/api/v1/templates/preview": {
+            "post": _op("Check a template source (template authors): what it makes, or its "
+                        "error with line and column", _json(_ref("TemplateCheck"), "Valid"),
+                        400, 403, body=_object({"source": {"type": "string"},
+                                                "doc_format": DOC_FORMAT}, ["source"])),
+        },
+        "/api/v1/templates/{slug}/versions": {
+            "get": _op("A template's versions, newest first (template authors)", _json(_object({
+                "versions": {"type": "array", "items": _ref("Template")},
+                "published": {"type": ["integer", "null"]}}), "Versions"), 403, 404,
+                params=[SLUG]),
+            "post": _op("Save the next version (unpublished unless publish is true)",
+                        _json(_ref("Template"), "The saved version"), 400, 403, 404,
+                        status="201", params=[SLUG], body=_object({
+                            "source": {"type": "string"}, "doc_format": DOC_FORMAT,
+                            "title": {"type": "string"}, "kind": {"type": "string"},
+                            "description": {"type": "string"}, "publish": {"type": "boolean"},
+                        }, ["source"])),
+        },
+        "/api/v1/templates/{slug}/versions/{number}": {
+            "get": _op("One version and the unified diff from ?against=M (default: the one "
+                       "before)", _json(_ref("Template"), "The version with diff"), 403, 404,
+                       params=[SLUG, _path_param("number", {"type": "integer"}),
+                               {"name": "against", "in": "query",
+                                "schema": {"type": "integer"}}]),
+        },
+        "/api/v1/templates/{slug}/publish": {
+            "post": _op("Publish a version: new drafts use it", _json(_ref("Template"), "It"),
+                        400, 403, 404, params=[SLUG],
+                        body=_object({"version": {"type": "integer"}}, ["version"])),
+        },
+        "/api/v1/templates/{slug}/unpublish": {
+            "post": _op("Unpublish: nobody starts a new draft of it", _json(_object({
+                "slug": {"type": "string"}, "published": {"type": "null"}}), "Unpublished"),
+                403, 404, params=[SLUG]),
         },
         "/api/v1/drafts": {
             "get": _op("My drafts", _json(_object(
@@ -240,6 +309,9 @@ def openapi_spec() -> dict[str, Any]:
             "patch": _op("Save field values (autosave); all are validated first", draft_ok,
                          400, 404, params=[DRAFT_ID],
                          body=_object({"values": {"type": "object"}}, ["values"])),
+            "delete": _op("Delete the draft with its revisions and jobs (not while an "
+                          "infill runs: 409)", {"description": "Deleted"}, 404, 409,
+                          status="204", params=[DRAFT_ID]),
         },
         "/api/v1/drafts/{draft_id}/fragments/{fragment_id}/lock": {
             "post": _op("Lock or unlock a fragment", fragment_ok, 400, 404,
@@ -259,6 +331,18 @@ def openapi_spec() -> dict[str, Any]:
                         body=_object({"start": {"type": "integer"}, "end": {"type": "integer"},
                                       "preset": PRESET})),
         },
+        "/api/v1/drafts/{draft_id}/fragments/{fragment_id}/report": {
+            "post": _op("Report a problem with a model-written span: opens an audit incident",
+                        _json(_ref("ProblemReport"), "The report"), 400, 404, status="201",
+                        params=[DRAFT_ID, FRAGMENT_ID],
+                        body=_object({"reason": {"type": "string", "enum": REPORT_REASONS},
+                                      "note": {"type": "string", "maxLength": 1000}},
+                                     ["reason"])),
+        },
+        "/api/v1/reports": {
+            "get": _op("My problem reports with their incidents' status", _json(_object(
+                {"reports": {"type": "array", "items": _ref("ProblemReport")}}), "Reports")),
+        },
         "/api/v1/drafts/{draft_id}/infill": {
             "post": _op("Fill every unlocked fragment (or the listed ones)", job_ok,
                         400, 404, 429, status="202", params=[DRAFT_ID],
@@ -277,13 +361,22 @@ def openapi_spec() -> dict[str, Any]:
                         body=_object({"revision": {"type": "integer"}}, ["revision"])),
         },
         "/api/v1/drafts/{draft_id}/export": {
-            "get": _op("Export the accepted text (or the working text, marked)", {
+            "get": _op("Export the draft's text: clean when it is the accepted revision, "
+                       "marked (PDF and Word: watermarked DRAFT) otherwise", {
                 "description": "The document",
                 "content": {"text/plain": {"schema": {"type": "string"}},
-                            "text/markdown": {"schema": {"type": "string"}}},
+                            "text/markdown": {"schema": {"type": "string"}},
+                            "application/pdf": {"schema": {"type": "string",
+                                                           "format": "binary"}},
+                            DOCX_TYPE: {"schema": {"type": "string", "format": "binary"}}},
             }, 400, 404, params=[DRAFT_ID, {"name": "format", "in": "query",
-                                            "schema": {"type": "string", "enum": ["txt", "md"],
-                                                       "default": "txt"}}]),
+                                            "schema": {"type": "string",
+                                                       "enum": list(EXPORT_FORMATS),
+                                                       "default": "txt"}},
+                                 {"name": "which", "in": "query", "description":
+                                  "current text, or the last accepted revision",
+                                  "schema": {"type": "string", "enum": list(EXPORT_WHICH),
+                                             "default": "current"}}]),
         },
         "/api/v1/infill": {
             "post": _op("Ad-hoc infill of Canvas JSON, without a template", job_ok, 400, 429,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import uuid
 from typing import Any
 
@@ -32,6 +33,19 @@ def template_get(*, slug: str) -> DocumentTemplate:
         raise Http404("no such template") from exc
 
 
+def template_version_live(*, template: DocumentTemplate) -> TemplateVersion:
+    """The published version new drafts use (404 while the template is unpublished)."""
+    version = template.published_version
+    if version is None:
+        raise Http404("the template is not published")
+    return version
+
+
+def template_list_live() -> list[DocumentTemplate]:
+    return list(DocumentTemplate.objects.filter(published_version__isnull=False)
+                .select_related("published_version").order_by("title"))  # fmt: skip
+
+
 def template_version_latest(*, template: DocumentTemplate) -> TemplateVersion:
     version = template.latest_version()
     if version is None:
@@ -40,7 +54,25 @@ def template_version_latest(*, template: DocumentTemplate) -> TemplateVersion:
 
 
 def draft_list_for_user(*, user: Any) -> QuerySet[Draft]:
-    return Draft.objects.filter(owner=user).select_related("template_version__template")
+    return (Draft.objects.filter(owner=user)
+            .select_related("template_version__template", "accepted_revision")
+            .prefetch_related("fragments"))  # fmt: skip
+
+
+DRAFT_STATUS_WORDS = {
+    "accepted": "accepted",
+    "changed": "changed since accepted",
+    "draft": "draft, not accepted",
+}
+
+
+def draft_status(*, draft: Draft) -> str:
+    """accepted (the text is the accepted revision's) | changed (edited after acceptance) |
+    draft (never accepted)."""
+    accepted = draft.accepted_revision
+    if accepted is None:
+        return "draft"
+    return "accepted" if accepted.text == draft_text(draft=draft) else "changed"
 
 
 def draft_get_for_user(*, user: Any, draft_id: int | str) -> Draft:
@@ -96,3 +128,17 @@ def draft_revision_list(*, draft: Draft) -> QuerySet[DraftRevision]:
 def job_active_for_draft(*, draft: Draft) -> InfillJob | None:
     """The draft's queued or running job, if any."""
     return draft.jobs.exclude(state__in=InfillJob.FINAL_STATES).order_by("-created").first()
+
+
+def revision_diff(*, draft: Draft) -> str:
+    """Unified diff of the two newest revisions ('' when there is only one)."""
+    newest = list(draft.revisions.order_by("-number")[:2])
+    if len(newest) < 2:
+        return ""
+    new, old = newest
+    return "".join(
+        difflib.unified_diff(
+            old.text.splitlines(keepends=True), new.text.splitlines(keepends=True),
+            fromfile=f"revision {old.number}", tofile=f"revision {new.number}",
+        )
+    )  # fmt: skip

@@ -7,7 +7,6 @@ anything is written, so nothing already saved is lost.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import secrets
 from dataclasses import dataclass
@@ -19,9 +18,11 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from drafting import metrics
+from drafting import docformat, metrics
+from drafting.authoring import template_version_create  # noqa: F401 (re-exported)
+from drafting.checks import draft_document_violations, version_parse
+from drafting.errors import AdmissionError, ConflictError, UserError
 from drafting.models import (
-    DocumentTemplate,
     Draft,
     DraftRevision,
     Fragment,
@@ -33,7 +34,6 @@ from drafting.templating import (
     TemplateError,
     constraint_check,
     field_errors,
-    parse_template,
 )
 from gpu_worker.engine.outcome import MAX_SEED
 
@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 DRAFT_TITLE_MAX = 200
 CHARS_PER_TOKEN_ESTIMATE = 3  # sizing a hole for text a person unlocked: ~3 chars per token
 MIN_UNLOCKED_HOLE_TOKENS = 4
+# A regenerate asks for different text: a fresh seed alone changes nothing at temperature 0
+# (argmax), so it samples (SamplerConfig.temperature).
+REGENERATE_SAMPLER = {"temperature": 0.8}
 ADMISSION_LOCK_KEY = 0x5374656E63696C  # the advisory lock every job admission takes ("Stencil")
 RUN_INFILL_TASK = "gpu_worker.tasks.run_infill"  # enqueued by name: the web app never imports the worker
 
@@ -52,81 +55,11 @@ def rewrite_budget(text: str) -> int:
     return min(MAX_HOLE_TOKENS, max(MIN_UNLOCKED_HOLE_TOKENS, estimate))
 
 
-class UserError(ValueError):
-    """Bad input from a person: the message is shown as is; nothing was written."""
-
-    def __init__(self, message: str, *, errors: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.errors = errors or {}
-
-
-class AdmissionError(Exception):
-    """Too much queued work; the caller answers 429 with Retry-After."""
-
-    def __init__(self, message: str, *, retry_after: int) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class ConflictError(Exception):
-    """A compare-and-set lost: the draft changed since the person looked at it."""
-
-
-# -- templates ------------------------------------------------------------------------------
-@transaction.atomic
-def template_version_create(
-    *, slug: str, title: str, kind: str, source: str, description: str = "",
-    route_hint: str = "auto", user: Any = None,
-) -> TemplateVersion:  # fmt: skip
-    """Validate ``source`` and save it as the template's next version (creating the template)."""
-    parsed = parse_template(source, max_bytes=settings.STENCIL_MAX_TEMPLATE_BYTES)
-    if route_hint not in {"auto", "diffusion", "ar"}:
-        raise TemplateError(f"route hint {route_hint!r} is not auto, diffusion or ar")
-    template, _ = DocumentTemplate.objects.get_or_create(
-        slug=slug, defaults={"title": title, "kind": kind, "description": description}
-    )
-    template.title, template.kind, template.description = title, kind, description
-    template.save()
-    latest = template.versions.select_for_update().order_by("-number").first()
-    if latest is not None and latest.source == source and latest.route_hint == route_hint:
-        return latest
-    return TemplateVersion.objects.create(
-        template=template,
-        number=(latest.number + 1) if latest else 1,
-        source=source,
-        fields=[f.to_json() for f in parsed.fields],
-        holes=[h.to_json() for h in parsed.holes],
-        route_hint=route_hint,
-        created_by=user if getattr(user, "is_authenticated", False) else None,
-    )
-
-
 # -- drafts ---------------------------------------------------------------------------------
 def _clean_values(version: TemplateVersion, values: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise UserError("field values must be a JSON object")
-    declared = {f["name"]: f for f in version.fields}
-    cleaned: dict[str, Any] = {}
-    for name, value in values.items():
-        spec = declared.get(name)
-        if spec is None:
-            cleaned[name] = value  # reported by the schema as an unknown field
-            continue
-        if spec.get("type") in {"integer", "number"} and isinstance(value, str):
-            text = value.strip()
-            try:
-                cleaned[name] = int(text) if spec["type"] == "integer" else float(text)
-            except ValueError:
-                cleaned[name] = text  # reported as "must be a number"
-            if text == "" and not spec.get("required", True):
-                cleaned.pop(name)
-        elif isinstance(value, str):
-            if value.strip() == "" and not spec.get("required", True):
-                continue
-            cleaned[name] = value.strip() if spec.get("type") != "textarea" else value
-        else:
-            cleaned[name] = value
-    return cleaned
+    return docformat.values_clean(version.fields, values)
 
 
 def draft_values_check(*, version: TemplateVersion, values: dict[str, Any]) -> dict[str, Any]:
@@ -144,9 +77,13 @@ def draft_values_check(*, version: TemplateVersion, values: dict[str, Any]) -> d
     return cleaned
 
 
-def _field_text(version: TemplateVersion, name: str, values: dict[str, Any]) -> str:
-    value = values.get(name, "")
-    return "" if value is None else str(value)
+def _field_text(version: TemplateVersion, fragment_spec: dict[str, Any], name: str,
+                values: dict[str, Any]) -> str:  # fmt: skip
+    """A field's value as it stands in the document: display format, escaped for its place."""
+    declared: dict[str, Any] = next((f for f in version.fields if f["name"] == name), {})
+    context = fragment_spec.get("context") or docformat.CONTEXT_TEXT
+    return docformat.field_text(values.get(name), declared, context=context,
+                                doc_format=version.doc_format)  # fmt: skip
 
 
 @transaction.atomic
@@ -158,21 +95,27 @@ def draft_create(
     draft = Draft.objects.create(
         owner=owner, template_version=version, title=title, values=cleaned, revision=1
     )
-    parsed = parse_template(version.source, max_bytes=settings.STENCIL_MAX_TEMPLATE_BYTES)
+    parsed = version_parse(version)
     holes = {h["name"]: h for h in version.holes}
+    specs = [
+        {**holes.get(piece.name, {}), "context": context} if piece.kind == "fill"
+        else {"context": context} if piece.kind == "field" else {}
+        for piece, context in zip(parsed.pieces, parsed.contexts, strict=True)
+    ]  # fmt: skip
     Fragment.objects.bulk_create(
         Fragment(
             draft=draft,
             position=i,
             kind=piece.kind,
             name=piece.name,
-            text=_field_text(version, piece.name, cleaned) if piece.kind == "field" else piece.text,
+            text=_field_text(version, spec, piece.name, cleaned) if piece.kind == "field"
+            else piece.text,
             locked=piece.kind != "fill",
             status=Fragment.Status.EMPTY if piece.kind == "fill" else Fragment.Status.FIXED,
-            spec=holes.get(piece.name, {}) if piece.kind == "fill" else {},
+            spec=spec,
         )
-        for i, piece in enumerate(parsed.pieces)
-    )
+        for i, (piece, spec) in enumerate(zip(parsed.pieces, specs, strict=True))
+    )  # fmt: skip
     draft_revision_record(draft=draft, reason="created", user=owner)
     return draft
 
@@ -186,12 +129,17 @@ def draft_values_update(*, draft: Draft, values: dict[str, Any]) -> Draft:
     locked.values = cleaned
     locked.revision = F("revision") + 1
     locked.save(update_fields=["values", "revision", "updated"])
+    changed = False
     for fragment in locked.fragments.filter(kind=Fragment.Kind.FIELD):
-        new_text = _field_text(locked.template_version, fragment.name, cleaned)
+        new_text = _field_text(locked.template_version, fragment.spec or {}, fragment.name,
+                               cleaned)  # fmt: skip
         if fragment.text != new_text:
             fragment.text = new_text
             fragment.save(update_fields=["text"])
+            changed = True
     locked.refresh_from_db()
+    if changed:  # the text a person reads changed: that is a revision they can see and compare
+        draft_revision_record(draft=locked, reason="values", user=locked.owner)
     return locked
 
 
@@ -223,23 +171,30 @@ def draft_revision_record(*, draft: Draft, reason: str, user: Any, accepted: boo
     )
 
 
-def revision_diff(*, draft: Draft) -> str:
-    """Unified diff of the two newest revisions ('' when there is only one)."""
-    newest = list(draft.revisions.order_by("-number")[:2])
-    if len(newest) < 2:
-        return ""
-    new, old = newest
-    return "".join(
-        difflib.unified_diff(
-            old.text.splitlines(keepends=True), new.text.splitlines(keepends=True),
-            fromfile=f"revision {old.number}", tofile=f"revision {new.number}",
-        )
-    )  # fmt: skip
+def draft_delete(*, draft: Draft) -> None:
+    """Delete a draft with its fragments, revisions and jobs (audit records stay)."""
+    with transaction.atomic():
+        locked = Draft.objects.select_for_update().filter(pk=draft.pk).first()
+        if locked is None:
+            return
+        if locked.jobs.exclude(state__in=InfillJob.FINAL_STATES).exists():
+            raise UserError("An infill for this draft is still running: cancel it or let it "
+                            "finish, then delete the draft.")  # fmt: skip
+        locked.delete()
 
 
 # -- fragments and review -------------------------------------------------------------------
+def _json_punctuation_check(fragment: Fragment) -> None:
+    """A JSON record's keys and punctuation are template text: the model never rewrites them."""
+    if fragment.kind == Fragment.Kind.TEXT and fragment.draft.template_version.doc_format == "json":
+        raise UserError("In a JSON record the keys and punctuation stay locked; "
+                        "unlock or regenerate a value instead.")  # fmt: skip
+
+
 @transaction.atomic
 def fragment_lock_set(*, fragment: Fragment, locked: bool) -> Fragment:
+    if not locked:
+        _json_punctuation_check(fragment)
     fragment.locked = locked
     fragment.save(update_fields=["locked"])
     _bump(fragment.draft)
@@ -263,6 +218,10 @@ def fragment_review(*, fragment: Fragment, action: str, user: Any, text: str | N
             raise UserError("an edit needs the new text")
         if len(text) > settings.STENCIL_MAX_FIELD_LENGTH:
             raise UserError(f"the text is longer than {settings.STENCIL_MAX_FIELD_LENGTH} characters")
+        if fragment.kind == Fragment.Kind.FILL:  # a person types a value: write it for its place
+            text = docformat.escape_edit(text, (fragment.spec or {}).get("context", ""))
+        else:
+            _json_punctuation_check(fragment)
         fragment.text, fragment.status, fragment.locked = text, Fragment.Status.EDITED, True
     else:
         raise UserError(f"unknown review action {action!r}")
@@ -295,7 +254,8 @@ def fragment_split_for_regeneration(*, fragment: Fragment, start: int, end: int)
         if role == "regenerate":
             target.kind, target.locked = Fragment.Kind.FILL, False
             # A constraint describes the whole fragment, so it holds only for a whole selection.
-            kept = fragment.spec if len(pieces) == 1 else {}
+            kept = fragment.spec if len(pieces) == 1 else {
+                k: v for k, v in (fragment.spec or {}).items() if k in {"context", "label"}}
             target.spec = {**kept, "hint": piece_text,
                            "max_tokens": rewrite_budget(piece_text)}
             middle = target
@@ -315,8 +275,10 @@ def draft_accept(*, draft: Draft, expected_revision: int, user: Any) -> DraftRev
         raise PermissionDenied("accepting a draft needs the reviewer role")
     if draft.fragments.filter(status=Fragment.Status.PROVISIONAL).exists():
         raise UserError("accept or reject every provisional span first")
-    if draft.fragments.filter(kind=Fragment.Kind.FILL, text="").exists():
-        raise UserError("some infills are still empty")
+    problems = draft_document_violations(draft=draft)
+    if problems:
+        raise UserError("the document is not ready: " + "; ".join(map(str, problems)),
+                        errors={p.where or "__all__": p.message for p in problems})  # fmt: skip
     updated = Draft.objects.filter(pk=draft.pk, revision=expected_revision).update(
         revision=F("revision") + 1, updated=timezone.now()
     )
@@ -330,21 +292,6 @@ def draft_accept(*, draft: Draft, expected_revision: int, user: Any) -> DraftRev
     Draft.objects.filter(pk=draft.pk).update(accepted_revision=revision)
     draft.refresh_from_db()
     return revision
-
-
-def draft_export(*, draft: Draft, fmt: str) -> tuple[str, str]:
-    """(content, content type) of the accepted revision (or the working text, marked)."""
-    revision = draft.accepted_revision
-    text = revision.text if revision else "".join(f.text for f in draft.fragments.all())
-    if fmt == "txt":
-        header = "" if revision else "[NOT ACCEPTED: contains provisional model text]\n\n"
-        return header + text, "text/plain; charset=utf-8"
-    if fmt == "md":
-        status = (
-            f"Accepted revision {revision.number}" if revision else "Draft, not accepted"
-        )
-        return f"# {draft.title}\n\n*{status}*\n\n{text}\n", "text/markdown; charset=utf-8"
-    raise UserError(f"unknown export format {fmt!r}")
 
 
 # -- infill requests ------------------------------------------------------------------------
@@ -364,6 +311,8 @@ def _hole_for(fragment: Fragment) -> dict[str, Any]:
                             "max_tokens": max_tokens}
     if spec.get("constraint"):
         hole["constraint"] = spec["constraint"]
+    elif spec.get("context") == docformat.CONTEXT_JSON_STRING:
+        hole["constraint"] = {"pattern": docformat.JSON_STRING_PATTERN}
     return hole
 
 
@@ -545,7 +494,8 @@ def job_dispatch(*, job_id: str) -> bool:
 
 
 def draft_infill_request(*, draft: Draft, user: Any, preset: str,
-                         fragment_ids: list[int] | None = None) -> InfillJob:  # fmt: skip
+                         fragment_ids: list[int] | None = None,
+                         sampler: dict[str, Any] | None = None) -> InfillJob:  # fmt: skip
     with transaction.atomic():
         # The draft's row lock makes "none running, so queue one" a single step: of concurrent
         # requests on one draft, the first queues its job and the others see it.
@@ -556,6 +506,8 @@ def draft_infill_request(*, draft: Draft, user: Any, preset: str,
         if running.exists():
             raise UserError("an infill for this draft is already running; wait or cancel it")
         plan = draft_canvas_plan(draft=draft, fragment_ids=fragment_ids)
+        if sampler:
+            plan.request["sampler"] = dict(sampler)
         return infill_job_create(
             owner=user, request=plan.request, preset=preset, draft=draft, targets=plan.targets
         )
@@ -599,10 +551,12 @@ def fragment_regenerate(*, fragment: Fragment, user: Any, preset: str,
                         start: int | None = None, end: int | None = None) -> InfillJob:  # fmt: skip
     """Ask the model to rewrite one fragment, or the [start, end) span of it, and nothing else.
 
-    The split and the unlock are undone when the job cannot be queued (busy, admission).
+    It samples (REGENERATE_SAMPLER) under a fresh seed, so a person gets different text. The
+    split and the unlock are undone when the job cannot be queued (busy, admission).
     """
     if fragment.kind == Fragment.Kind.FIELD:
         raise UserError("this text is a form value: change it in the form instead")
+    _json_punctuation_check(fragment)
     if (start is None) != (end is None):
         raise UserError("a selection needs both its start and its end")
     with transaction.atomic():
@@ -611,5 +565,6 @@ def fragment_regenerate(*, fragment: Fragment, user: Any, preset: str,
         elif fragment.locked:
             fragment = fragment_lock_set(fragment=fragment, locked=False)
         return draft_infill_request(
-            draft=fragment.draft, user=user, preset=preset, fragment_ids=[fragment.id]
+            draft=fragment.draft, user=user, preset=preset, fragment_ids=[fragment.id],
+            sampler=REGENERATE_SAMPLER,
         )

@@ -24,10 +24,21 @@ from jinja2.ext import Extension
 from jinja2.parser import Parser
 from jinja2.sandbox import SandboxedEnvironment
 
+from drafting.docformat import (
+    DATE_FORMATS,
+    DOC_FORMATS,
+    NUMBER_FORMATS,
+    document_schema,
+    json_skeleton,
+    json_skeleton_error,
+    slot_contexts,
+)
+from drafting.fieldcheck import field_errors, fields_json_schema  # noqa: F401 (re-exported)
+
 FIELD_TYPES = {"text", "textarea", "date", "integer", "number", "email", "choice"}
 FIELD_KEYWORDS = {
     "type", "label", "help", "required", "max_length", "min_length", "pattern", "choices",
-    "minimum", "maximum", "default",
+    "minimum", "maximum", "default", "format",
 }  # fmt: skip
 HOLE_KEYWORDS = {"max_tokens", "pattern", "choices", "schema", "label"}
 MAX_HOLE_TOKENS = 256
@@ -39,7 +50,14 @@ _MARK_RE = re.compile(f"{_MARK_OPEN}([fh]):(\\d+){_MARK_CLOSE}")
 
 
 class TemplateError(ValueError):
-    """A template that cannot be saved; the message says where and why."""
+    """A template that cannot be saved; the message says where and why.
+
+    ``line`` and ``column`` are 1-based positions in the source (0 when unknown).
+    """
+
+    def __init__(self, message: str, *, line: int = 0, column: int = 0) -> None:
+        super().__init__(message)
+        self.line, self.column = line, column
 
 
 @dataclass(frozen=True)
@@ -56,6 +74,7 @@ class FieldSpec:
     minimum: float | None = None
     maximum: float | None = None
     default: str | None = None
+    format: str | None = None  # display format: a date's or a number's (docformat)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -87,6 +106,23 @@ class ParsedTemplate:
     fields: list[FieldSpec]
     holes: list[HoleSpec]
     pieces: list[Piece]
+    doc_format: str = "text"
+    contexts: list[str] = field(default_factory=list)  # per piece (docformat.slot_contexts)
+
+    def spec_of(self, piece: Piece) -> dict[str, Any]:
+        """The declaration of a field or fill piece as JSON ({} for text)."""
+        if piece.kind == "field":
+            return next(f.to_json() for f in self.fields if f.name == piece.name)
+        if piece.kind == "fill":
+            return next(h.to_json() for h in self.holes if h.name == piece.name)
+        return {}
+
+    def document_schema(self) -> dict[str, Any] | None:
+        """The JSON Schema of a JSON template's documents (None for other formats)."""
+        if self.doc_format != "json":
+            return None
+        pairs = [(p.kind, p.text) for p in self.pieces]
+        return document_schema(pairs, self.contexts, [self.spec_of(p) for p in self.pieces])
 
 
 class InfillExtension(Extension):
@@ -186,6 +222,12 @@ def _field_spec(name: Any, options: dict[str, Any]) -> FieldSpec:
             re.compile(pattern)
         except (re.error, TypeError) as exc:
             raise TemplateError(f"field {name!r}: pattern is not a valid regex: {exc}") from exc
+    display = options.get("format")
+    allowed = {"date": DATE_FORMATS, "integer": NUMBER_FORMATS, "number": NUMBER_FORMATS}
+    if display is not None and display not in allowed.get(ftype, ()):
+        kinds = "; ".join(f"{t}: {', '.join(f)}" for t, f in allowed.items())
+        raise TemplateError(f"field {name!r}: format {display!r} does not fit type {ftype!r} "
+                            f"(formats: {kinds})")  # fmt: skip
     return FieldSpec(
         name=name,
         type=ftype,
@@ -199,6 +241,7 @@ def _field_spec(name: Any, options: dict[str, Any]) -> FieldSpec:
         minimum=options.get("minimum"),
         maximum=options.get("maximum"),
         default=options.get("default"),
+        format=display,
     )
 
 
@@ -337,11 +380,14 @@ def _environment(recorder: _Recorder) -> SandboxedEnvironment:
     return env
 
 
-def parse_template(source: str, *, max_bytes: int = 65536) -> ParsedTemplate:
+def parse_template(source: str, *, max_bytes: int = 65536, doc_format: str = "text"
+                   ) -> ParsedTemplate:  # fmt: skip
     """Validate a template's source and return its declarations and pieces.
 
     Raises TemplateError with a message a person can act on.
     """
+    if doc_format not in DOC_FORMATS:
+        raise TemplateError(f"the document format must be one of {', '.join(DOC_FORMATS)}")
     if not isinstance(source, str) or not source.strip():
         raise TemplateError("the template is empty")
     if len(source.encode()) > max_bytes:
@@ -355,16 +401,106 @@ def parse_template(source: str, *, max_bytes: int = 65536) -> ParsedTemplate:
         _check_constructs(tree)
         rendered = env.from_string(source).render()
     except TemplateSyntaxError as exc:
-        raise TemplateError(f"line {exc.lineno}: {exc.message}") from exc
-    except TemplateError:
-        raise
+        line = exc.lineno or 0
+        raise TemplateError(f"line {line}: {exc.message}", line=line,
+                            column=_tag_column(source, line)) from exc
+    except TemplateError as exc:
+        raise _located(exc, source) from exc
     except Exception as exc:  # sandbox violations and type errors in arguments
         raise TemplateError(f"the template could not be read: {exc}") from exc
     fields = [recorder.fields[name] for name in recorder.field_order]
     pieces = _split(rendered, fields, recorder.holes)
     if not recorder.holes and not fields:
         raise TemplateError("the template declares no field() and no {% infill %}")
-    return ParsedTemplate(fields=fields, holes=recorder.holes, pieces=pieces)
+    pairs = [(p.kind, p.text) for p in pieces]
+    contexts = slot_contexts(pairs, doc_format)
+    if doc_format == "json":
+        skeleton = json_skeleton(pairs, contexts)
+        problem = json_skeleton_error(skeleton)
+        if problem is not None:
+            line, column = _skeleton_position(source, pieces, skeleton, problem)
+            raise TemplateError(f"line {line}, column {column}: {problem.message}" if line
+                                else problem.message, line=line, column=column)  # fmt: skip
+    return ParsedTemplate(fields=fields, holes=recorder.holes, pieces=pieces,
+                          doc_format=doc_format, contexts=contexts)  # fmt: skip
+
+
+_LINE_PREFIX = re.compile(r"^line (\d+)")
+_NAMED = re.compile(r"^(field|infill)(?: name)? '([^']+)'")
+
+
+def _position(source: str, offset: int) -> tuple[int, int]:
+    """1-based (line, column) of a character offset in ``source``."""
+    before = source[:offset]
+    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
+
+
+def _tag_column(source: str, line: int) -> int:
+    """The column of the first tag on ``line`` (1 when it has none or the line is unknown)."""
+    lines = source.split("\n")
+    if not 1 <= line <= len(lines):
+        return 0 if line == 0 else 1
+    found = [i for i in (lines[line - 1].find("{%"), lines[line - 1].find("{{")) if i >= 0]
+    return min(found) + 1 if found else 1
+
+
+def _located(exc: TemplateError, source: str) -> TemplateError:
+    """The same error with a line and column: from "line N" in its message, or where the
+    field or infill it names is declared."""
+    if exc.line:
+        return exc
+    message = str(exc)
+    prefix = _LINE_PREFIX.match(message)
+    if prefix:
+        line = int(prefix.group(1))
+        return TemplateError(message, line=line, column=_tag_column(source, line))
+    named = _NAMED.match(message)
+    if named:
+        kind, name = named.groups()
+        pattern = (rf"field\(\s*[\"']{re.escape(name)}[\"']" if kind == "field"
+                   else rf"infill\s+[\"']{re.escape(name)}[\"']")  # fmt: skip
+        match = re.search(pattern, source)
+        if match:
+            tag = max(source.rfind("{{", 0, match.start()), source.rfind("{%", 0, match.start()))
+            line, column = _position(source, tag if tag >= 0 else match.start())
+            return TemplateError(f"line {line}: {message}", line=line, column=column)
+    return exc
+
+
+def _skeleton_position(source: str, pieces: list[Piece], skeleton: str,
+                       problem: Any) -> tuple[int, int]:  # fmt: skip
+    """Where in ``source`` a JSON error found in the skeleton is: the text pieces stand in the
+    source verbatim and in order, so the error's offset inside its piece maps back."""
+    lines = skeleton.split("\n")
+    if not 1 <= problem.line <= len(lines):
+        return 0, 0
+    offset = sum(len(x) + 1 for x in lines[: problem.line - 1]) + problem.column - 1
+    cursor_skeleton = cursor_source = 0
+    slot = 0
+    for piece in pieces:
+        if piece.kind == "text":
+            at = source.find(piece.text, cursor_source)
+            if at < 0:
+                return 0, 0
+            if cursor_skeleton <= offset < cursor_skeleton + len(piece.text) or not piece.text:
+                return _position(source, at + offset - cursor_skeleton)
+            cursor_skeleton += len(piece.text)
+            cursor_source = at + len(piece.text)
+        else:
+            width = len(skeleton) if slot < 0 else _slot_width(skeleton, cursor_skeleton)
+            if cursor_skeleton <= offset < cursor_skeleton + width:
+                return _position(source, cursor_source)
+            cursor_skeleton += width
+            slot += 1
+    return _position(source, min(cursor_source, len(source)))
+
+
+def _slot_width(skeleton: str, start: int) -> int:
+    """Length of the slot stand-in that starts at ``start`` of the skeleton."""
+    end = skeleton.find("\ue003", start)
+    if end < 0:
+        return 0
+    return end - start + 1 + (1 if skeleton[start] == '"' else 0)
 
 
 def _split(rendered: str, fields: list[FieldSpec], holes: list[HoleSpec]) -> list[Piece]:
@@ -382,79 +518,6 @@ def _split(rendered: str, fields: list[FieldSpec], holes: list[HoleSpec]) -> lis
     if cursor < len(rendered):
         pieces.append(Piece("text", text=rendered[cursor:]))
     return pieces
-
-
-def fields_json_schema(fields: list[dict[str, Any]], *, max_field_length: int) -> dict[str, Any]:
-    """The JSON Schema that a draft's field values must satisfy."""
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    for spec in fields:
-        prop: dict[str, Any]
-        ftype = spec.get("type", "text")
-        if ftype in {"integer", "number"}:
-            prop = {"type": ftype}
-            for key in ("minimum", "maximum"):
-                if spec.get(key) is not None:
-                    prop[key] = spec[key]
-        else:
-            prop = {"type": "string", "maxLength": min(spec.get("max_length") or max_field_length,
-                                                       max_field_length)}
-            if spec.get("min_length"):
-                prop["minLength"] = spec["min_length"]
-            if spec.get("pattern"):
-                prop["pattern"] = spec["pattern"]
-            if ftype == "choice":
-                prop["enum"] = spec["choices"]
-            elif ftype == "date":
-                prop["format"] = "date"
-                prop.setdefault("pattern", r"^\d{4}-\d{2}-\d{2}$")
-            elif ftype == "email":
-                prop["pattern"] = spec.get("pattern") or r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
-        if spec.get("required", True):
-            required.append(spec["name"])
-            if prop.get("type") == "string":
-                prop.setdefault("minLength", 1)
-        properties[spec["name"]] = prop
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
-
-
-def field_errors(values: dict[str, Any], fields: list[dict[str, Any]], *,
-                 max_field_length: int) -> dict[str, str]:
-    """Per-field messages (empty when the values are valid)."""
-    schema = fields_json_schema(fields, max_field_length=max_field_length)
-    labels = {f["name"]: f.get("label") or f["name"] for f in fields}
-    errors: dict[str, str] = {}
-    validator = jsonschema.Draft202012Validator(schema)
-    for error in sorted(validator.iter_errors(values), key=lambda e: list(e.path)):
-        if error.validator == "required":
-            missing = error.message.split("'")[1]
-            errors.setdefault(missing, f"{labels.get(missing, missing)} is required.")
-            continue
-        if error.validator == "additionalProperties":
-            errors.setdefault("__all__", "Unknown fields were sent: " + error.message)
-            continue
-        name = str(error.path[0]) if error.path else "__all__"
-        errors.setdefault(name, _friendly(error, labels.get(name, name)))
-    return errors
-
-
-def _friendly(error: jsonschema.ValidationError, label: str) -> str:
-    limit = error.validator_value
-    return {
-        "maxLength": f"{label} is too long: at most {limit} characters.",
-        "minLength": f"{label} is required." if limit == 1 else f"{label} needs at least {limit} characters.",
-        "pattern": f"{label} does not have the expected format.",
-        "enum": f"{label} must be one of: {', '.join(map(str, limit)) if isinstance(limit, list) else limit}.",
-        "type": f"{label} must be a {limit}.",
-        "minimum": f"{label} must be at least {limit}.",
-        "maximum": f"{label} must be at most {limit}.",
-    }.get(str(error.validator), f"{label}: {error.message}")
 
 
 def dumps(obj: Any) -> str:

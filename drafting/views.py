@@ -7,7 +7,7 @@ CSRF token; every write redirects (post/redirect/get) with a message saying what
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.contrib import messages
@@ -18,11 +18,11 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from drafting import selectors, services
-from drafting.api import export_response, job_json
+from drafting import checks, docformat, exports, reports, selectors, services
+from drafting.api import export_response, job_json, job_reasons_display
 from drafting.auth import api_token_create, api_token_list_for_user, api_token_revoke
 from drafting.forms import form_fields, post_text, values_from_post
-from drafting.models import Draft, Fragment, InfillJob
+from drafting.models import Draft, Fragment, InfillJob, ProblemReport
 
 PRESET_CHOICES = [
     ("fast", "Fast — fewest steps"),
@@ -52,16 +52,27 @@ def _int_or_none(raw: str | None) -> int | None:
 @login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    templates = [t for t in selectors.template_list() if t.latest_version() is not None]
-    drafts = selectors.draft_list_for_user(user=request.user)
+    templates = selectors.template_list_live()
+    drafts = [DraftRow(draft=d, status=selectors.draft_status(draft=d))
+              for d in selectors.draft_list_for_user(user=request.user)]  # fmt: skip
     return render(request, "drafting/home.html", {"templates": templates, "drafts": drafts})
+
+
+@dataclass(frozen=True)
+class DraftRow:
+    draft: Draft
+    status: str  # selectors.draft_status
+
+    @property
+    def status_words(self) -> str:
+        return selectors.DRAFT_STATUS_WORDS[self.status]
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def draft_new(request: HttpRequest, slug: str) -> HttpResponse:
     template = selectors.template_get(slug=slug)
-    version = selectors.template_version_latest(template=template)
+    version = selectors.template_version_live(template=template)
     values: dict[str, Any] = {}
     errors: dict[str, str] = {}
     title = template.title
@@ -104,6 +115,9 @@ class FragmentRow:
     status_display: str
     label: str
     hint: str
+    value: str  # the text as a person edits it (a JSON string's content unescaped)
+    by_model: bool = False  # written by a model job (it can be reported)
+    reports: tuple[Any, ...] = ()  # this person's problem reports on it
 
     @property
     def description(self) -> str:
@@ -119,31 +133,34 @@ class FragmentRow:
         return self.kind == Fragment.Kind.TEXT and not self.text.strip()
 
     @classmethod
-    def of(cls, fragment: Fragment, field_labels: dict[str, str]) -> FragmentRow:
+    def of(cls, fragment: Fragment) -> FragmentRow:
         spec = fragment.spec or {}
-        label = field_labels.get(fragment.name) if fragment.kind == Fragment.Kind.FIELD else None
         return cls(
             id=fragment.id, position=fragment.position, kind=fragment.kind, name=fragment.name,
             text=fragment.text, locked=fragment.locked, status=fragment.status,
             status_display=fragment.get_status_display(),
-            label=str(label or spec.get("label") or fragment.name or "selected text"),
+            label=checks.fragment_display_label(fragment),
             hint=str(spec.get("hint") or ""),
+            value=docformat.unescape_for(fragment.text, spec.get("context", "")),
+            by_model=fragment.job_id is not None,
         )  # fmt: skip
 
 
 def _draft_context(draft: Draft, values: dict[str, Any] | None = None,
                    errors: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     latest = selectors.job_latest_for_draft(draft=draft)
-    labels = {f["name"]: f.get("label") or f["name"] for f in draft.template_version.fields}
     return {
         "draft": draft,
-        "fragments": [FragmentRow.of(f, labels) for f in draft.fragments.all()],
+        "fragments": [FragmentRow.of(f) for f in draft.fragments.all()],
         "fields": form_fields(draft.template_version.fields,
                               draft.values if values is None else values, errors or {}),
         "active_job": selectors.job_active_for_draft(draft=draft),
         "latest_job": latest,
+        "latest_job_reasons": job_reasons_display(latest) if latest else [],
         "presets": PRESET_CHOICES,
         "has_provisional": selectors.draft_has_provisional(draft=draft),
+        "status": selectors.draft_status(draft=draft),
+        "latest_revision": selectors.draft_revision_list(draft=draft).first(),
     }  # fmt: skip
 
 
@@ -170,28 +187,52 @@ def draft_values(request: HttpRequest, draft_id: int) -> HttpResponse:
 
 
 @login_required
+@require_http_methods(["GET", "POST"])
+def draft_delete(request: HttpRequest, draft_id: int) -> HttpResponse:
+    """GET asks to confirm; POST deletes and goes home."""
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    if request.method == "POST":
+        title = draft.title
+        try:
+            services.draft_delete(draft=draft)
+        except services.UserError as exc:
+            messages.error(request, f"Not deleted: {exc}")
+            return render(request, "drafting/draft_delete.html", {"draft": draft}, status=409)
+        messages.success(request, f"“{title}” was deleted.")
+        return redirect("drafting:home")
+    return render(request, "drafting/draft_delete.html", {"draft": draft})
+
+
+@login_required
 @require_POST
 def fragment_lock(request: HttpRequest, draft_id: int, fragment_id: int) -> HttpResponse:
     draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
     fragment = selectors.fragment_get_for_user(user=request.user, draft=draft,
                                                fragment_id=fragment_id)  # fmt: skip
     locked = request.POST.get("locked") == "1"
-    services.fragment_lock_set(fragment=fragment, locked=locked)
+    try:
+        services.fragment_lock_set(fragment=fragment, locked=locked)
+    except services.UserError as exc:
+        messages.error(request, str(exc))
+        return _back(request, draft)
     what = fragment_label(fragment)
-    messages.success(request, f"{what} is now {'locked' if locked else 'unlocked'}.")
-    return _back(request, draft)
+    messages.success(request, f"{what} is now locked: the model never changes it." if locked
+                     else f"{what} is now unlocked: the model may rewrite it.")  # fmt: skip
+    return _back(request, draft, anchor=f"row-{fragment.id}")
 
 
 def fragment_label(fragment: Fragment) -> str:
-    label = (fragment.spec or {}).get("label") or fragment.name
-    return f"“{label}”" if label else f"Fragment {fragment.position + 1}"
+    """A span's name in a message: its label in quotes (template text: its first words)."""
+    label = checks.fragment_display_label(fragment)
+    return label if label.startswith("“") else f"“{label}”"
 
 
-def _back(request: HttpRequest, draft: Draft) -> HttpResponseRedirect:
-    """Back to the page the form was on (the draft page or its review page)."""
-    if request.POST.get("next") == "review":
-        return redirect("drafting:draft_review", draft_id=draft.id)
-    return redirect("drafting:draft_detail", draft_id=draft.id)
+def _back(request: HttpRequest, draft: Draft, anchor: str = "") -> HttpResponseRedirect:
+    """Back to the page the form was on (the draft page or its review page), at ``anchor``:
+    without JavaScript a person lands where they were, not at the top."""
+    name = "drafting:draft_review" if request.POST.get("next") == "review" else (
+        "drafting:draft_detail")
+    return HttpResponseRedirect(reverse(name, args=[draft.id]) + (f"#{anchor}" if anchor else ""))
 
 
 @login_required
@@ -218,11 +259,19 @@ def fragment_regenerate(request: HttpRequest, draft_id: int) -> HttpResponse:
     fragment = selectors.fragment_get_for_user(
         user=request.user, draft=draft, fragment_id=request.POST.get("fragment", "")
     )
+    start, end = _int_or_none(request.POST.get("start")), _int_or_none(request.POST.get("end"))
+    phrase = post_text(request.POST, "phrase")
+    if start is None and end is None and phrase.strip():  # words typed, not selected
+        start = fragment.text.find(phrase)
+        if start < 0:
+            messages.error(request, f"“{phrase}” is not in {fragment_label(fragment)}: type words "
+                           "exactly as they stand, or select them.")  # fmt: skip
+            return _back(request, draft, anchor=f"row-{fragment.id}")
+        end = start + len(phrase)
     try:
         job = services.fragment_regenerate(
             fragment=fragment, user=request.user, preset=request.POST.get("preset", "balanced"),
-            start=_int_or_none(request.POST.get("start")),
-            end=_int_or_none(request.POST.get("end")),
+            start=start, end=end,
         )  # fmt: skip
     except services.UserError as exc:
         messages.error(request, str(exc))
@@ -238,14 +287,49 @@ def fragment_regenerate(request: HttpRequest, draft_id: int) -> HttpResponse:
 @require_GET
 def draft_review(request: HttpRequest, draft_id: int) -> HttpResponse:
     draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    return render(request, "drafting/draft_review.html", _review_context(request, draft))
+
+
+def _review_context(request: HttpRequest, draft: Draft, *, report_form: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:  # fmt: skip
     context = _draft_context(draft)
-    context["diff_lines"] = _diff_lines(services.revision_diff(draft=draft))
+    by_fragment: dict[int, list[Any]] = {}
+    for report in reports.problem_reports_for_draft(draft=draft, user=request.user):
+        if report.fragment_id is not None:
+            by_fragment.setdefault(report.fragment_id, []).append(report)
+    context["fragments"] = [replace(row, reports=tuple(by_fragment.get(row.id, ())))
+                            for row in context["fragments"]]  # fmt: skip
+    context["report_reasons"] = ProblemReport.Reason.choices
+    context["report_form"] = report_form or {}
+    context["diff_lines"] = _diff_lines(selectors.revision_diff(draft=draft))
     context["revisions"] = list(selectors.draft_revision_list(draft=draft)[:10])
     accepted = draft.accepted_revision
     context["accepted_current"] = (
         accepted is not None and accepted.text == selectors.draft_text(draft=draft)
     )
-    return render(request, "drafting/draft_review.html", context)
+    context["problems"] = checks.draft_document_violations(draft=draft)
+    return context
+
+
+@login_required
+@require_POST
+def fragment_report(request: HttpRequest, draft_id: int, fragment_id: int) -> HttpResponse:
+    """Report a problem with a span: it opens an incident on the run that wrote it."""
+    draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
+    fragment = selectors.fragment_get_for_user(user=request.user, draft=draft,
+                                               fragment_id=fragment_id)  # fmt: skip
+    reason, note = post_text(request.POST, "reason"), post_text(request.POST, "note")
+    try:
+        report = reports.problem_report_create(fragment=fragment, user=request.user,
+                                               reason=reason, note=note)  # fmt: skip
+    except services.UserError as exc:
+        messages.error(request, f"Not reported: {exc}")
+        form = {"fragment": fragment.id, "reason": reason, "note": note, "errors": exc.errors}
+        context = _review_context(request, draft, report_form=form)
+        return render(request, "drafting/draft_review.html", context, status=400)
+    messages.success(request, f"Thank you: your report on {fragment_label(fragment)} is "
+                     f"incident {report.incident_id}, status {report.incident.status}.")
+    return redirect(f"{reverse('drafting:draft_review', args=[draft.id])}#span-{fragment.id}")
 
 
 def _diff_lines(diff: str) -> list[tuple[str, str]]:
@@ -281,7 +365,8 @@ def fragment_review(request: HttpRequest, draft_id: int, fragment_id: int) -> Ht
     else:
         done = {"accept": "accepted", "reject": "rejected", "edit": "saved"}.get(action, action)
         messages.success(request, f"{fragment_label(fragment)} {done}.")
-    return redirect("drafting:draft_review", draft_id=draft.id)
+    return HttpResponseRedirect(reverse("drafting:draft_review", args=[draft.id])
+                                + f"#span-{fragment.id}")  # fmt: skip
 
 
 @login_required
@@ -308,7 +393,7 @@ def draft_accept(request: HttpRequest, draft_id: int) -> HttpResponse:
             "again if it is right.",
         )
     else:
-        messages.success(request, f"Accepted. Revision {revision.number} is final.")
+        messages.success(request, f"Accepted as revision {revision.number}: this text is final.")
     return redirect("drafting:draft_review", draft_id=draft.id)
 
 
@@ -316,9 +401,16 @@ def draft_accept(request: HttpRequest, draft_id: int) -> HttpResponse:
 @require_GET
 def draft_export(request: HttpRequest, draft_id: int, fmt: str) -> HttpResponse:
     draft = selectors.draft_get_for_user(user=request.user, draft_id=draft_id)
-    if fmt not in {"txt", "md"}:
+    if fmt not in exports.EXPORT_FORMATS:
         raise Http404("no such export format")
-    return export_response(draft, fmt)
+    which = request.GET.get("which", "current")
+    if which not in exports.EXPORT_WHICH:
+        return HttpResponse("which must be current or accepted", status=400,
+                            content_type="text/plain; charset=utf-8")  # fmt: skip
+    try:
+        return export_response(draft, fmt, which)
+    except services.UserError as exc:
+        return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
 
 
 # -- jobs ------------------------------------------------------------------------------------

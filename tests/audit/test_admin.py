@@ -90,7 +90,13 @@ def test_replay_button_runs_the_replay_and_reports_it(
     assert "diverged at step 0" in response.content.decode()
 
 
-def test_replay_action_on_selected_runs(record_fake: Any, admin_client: Client) -> None:
+def test_replay_action_queues_a_replay_per_selected_run(
+    record_fake: Any, admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from audit import admin as audit_admin
+
+    queued: list[str] = []
+    monkeypatch.setattr(audit_admin, "replay_dispatch", lambda *, run_id: queued.append(run_id))
     run = record_fake()
     response = admin_client.post(
         reverse("admin:audit_runrecord_changelist"),
@@ -98,4 +104,5 @@ def test_replay_action_on_selected_runs(record_fake: Any, admin_client: Client) 
         follow=True,
     )
     msgs = [str(m) for m in response.context["messages"]]
-    assert any(m.startswith(f"run {run.pk}: ") for m in msgs), msgs
+    assert any(m.startswith("1 replay(s) queued") for m in msgs), msgs
+    assert queued == [str(run.pk)]

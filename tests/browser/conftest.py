@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests.browser.pages import PASSWORD
+
 # Playwright's sync API runs an event loop in this thread; Django's ORM is used beside it.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
@@ -50,6 +52,42 @@ def screenshot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = SCREENSHOTS if os.getenv("STENCIL_SCREENSHOTS") == "1" else tmp_path_factory.mktemp("shots")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@pytest.fixture
+def alice(django_user_model: Any) -> Any:
+    from drafting.management.commands.load_demo import reviewers_group
+
+    alice = django_user_model.objects.create_user(username="alice", password=PASSWORD)
+    alice.groups.add(reviewers_group())  # a reviewer: she accepts the draft at the end
+    return alice
+
+
+@pytest.fixture
+def referral(db: Any) -> None:
+    from drafting import services
+    from tests.drafting.helpers import REFERRAL_SOURCE
+
+    services.template_version_create(
+        slug="referral", title="Referral letter", kind="referral_letter", source=REFERRAL_SOURCE,
+        description="A GP refers a patient to a specialist.",
+    )  # fmt: skip
+
+
+@pytest.fixture
+def slow_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slow each denoising step a little so a person (and a screenshot) can watch it."""
+    import time
+
+    from gpu_worker import pipeline as jobs
+
+    original = jobs._Progress.on_step
+
+    def on_step(self: Any, info: Any) -> None:
+        time.sleep(0.08)
+        original(self, info)
+
+    monkeypatch.setattr(jobs._Progress, "on_step", on_step)
 
 
 @pytest.fixture

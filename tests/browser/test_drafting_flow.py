@@ -12,84 +12,9 @@ import pytest
 
 from drafting import services
 from drafting.models import Draft, DraftRevision, InfillJob
-from tests.drafting.helpers import REFERRAL_SOURCE
+from tests.browser.pages import click_and_settle, job_id_of, log_in, span_card, watch_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-JOB_URL = re.compile(r".*/jobs/([0-9a-f-]{36})/$")
-FINAL = "succeeded, failed, cancelled"
-PASSWORD = "pw-alice-123"
-
-
-@pytest.fixture
-def alice(django_user_model: Any) -> Any:
-    from drafting.management.commands.load_demo import reviewers_group
-
-    alice = django_user_model.objects.create_user(username="alice", password=PASSWORD)
-    alice.groups.add(reviewers_group())  # a reviewer: she accepts the draft at the end
-    return alice
-
-
-@pytest.fixture
-def referral(db: Any) -> None:
-    services.template_version_create(
-        slug="referral", title="Referral letter", kind="referral_letter", source=REFERRAL_SOURCE,
-        description="A GP refers a patient to a specialist.",
-    )  # fmt: skip
-
-
-@pytest.fixture
-def slow_steps(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Slow each denoising step a little so a person (and a screenshot) can watch it."""
-    import time
-
-    from gpu_worker import pipeline as jobs
-
-    original = jobs._Progress.on_step
-
-    def on_step(self: Any, info: Any) -> None:
-        time.sleep(0.08)
-        original(self, info)
-
-    monkeypatch.setattr(jobs._Progress, "on_step", on_step)
-
-
-def log_in(page: Any, base: str) -> None:
-    page.goto(f"{base}/accounts/login/")
-    page.get_by_label("Username").fill("alice")
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{base}/")
-
-
-def job_id_of(page: Any) -> str:
-    page.wait_for_url(JOB_URL)
-    match = JOB_URL.match(page.url)
-    assert match is not None
-    return match.group(1)
-
-
-def watch_job(page: Any, job_id: str, start: Callable[[str], threading.Thread],
-              screenshot: Path | None = None) -> str:  # fmt: skip
-    """Run the job the page is showing and wait until the page reports its final state."""
-    thread = start(job_id)
-    if screenshot is not None:
-        page.wait_for_function(  # a step under way, or already over
-            "document.getElementById('step').textContent.includes(' of ') || "
-            f"'{FINAL}'.includes(document.getElementById('progress').dataset.state)",
-            timeout=120_000,
-        )
-        page.screenshot(path=str(screenshot), full_page=True)
-    page.wait_for_function(
-        f"'{FINAL}'.includes(document.getElementById('progress').dataset.state)", timeout=120_000
-    )
-    thread.join(timeout=120)
-    return str(page.locator("#progress").get_attribute("data-state"))
-
-
-def span_card(page: Any, label: str) -> Any:
-    return page.locator("li.span-card").filter(has=page.get_by_role("heading", name=label))
-
 
 def test_draft_a_referral_letter_from_login_to_export(
     live_server: Any, page: Any, alice: Any, referral: None, dispatched: list[str],
@@ -136,12 +61,12 @@ def test_draft_a_referral_letter_from_login_to_export(
     page.screenshot(path=str(screenshot_dir / "review.png"), full_page=True)
 
     # 4. Accept one span, write the locked one by hand, regenerate another.
-    span_card(page, "Reason for referral").get_by_role("button", name="Accept").click()
+    click_and_settle(page, span_card(page, "Reason for referral").get_by_role("button", name="Accept"))
     assert "accepted" in span_card(page, "Reason for referral").inner_text()
     urgency = span_card(page, "Urgency")
-    urgency.locator("summary").click()
+    urgency.locator("summary", has_text="Edit by hand").click()
     urgency.get_by_label("New text for Urgency").fill("soon")
-    urgency.get_by_role("button", name="Save edit").click()
+    click_and_settle(page, urgency.get_by_role("button", name="Save edit"))
     reason_text = span_card(page, "Reason for referral").locator("blockquote").inner_text()
     span_card(page, "Clinical summary").get_by_role("button", name="Regenerate").click()
     second = job_id_of(page)
@@ -151,13 +76,13 @@ def test_draft_a_referral_letter_from_login_to_export(
     assert "Urgency: soon." in page.locator("#document").inner_text()
     assert page.locator("#document .status-provisional").count() == 1
     assert span_card(page, "Reason for referral").locator("blockquote").inner_text() == reason_text
-    span_card(page, "Clinical summary").get_by_role("button", name="Accept").click()
+    click_and_settle(page, span_card(page, "Clinical summary").get_by_role("button", name="Accept"))
 
     # 5. Accept the draft. A second tab opened before that cannot accept a second time.
     stale_tab = page.context.new_page()
     stale_tab.goto(page.url)
     page.get_by_role("button", name=re.compile(r"Accept draft")).click()
-    assert "Accepted. Revision" in page.locator(".messages").inner_text()
+    assert "Accepted as revision" in page.locator(".messages").inner_text()
     assert page.locator("#accepted").is_visible()
     assert "has not changed since" in page.locator("#accept-state").inner_text()
     stale_tab.get_by_role("button", name=re.compile(r"Accept draft")).click()
@@ -174,6 +99,16 @@ def test_draft_a_referral_letter_from_login_to_export(
     with page.expect_download() as md:
         page.get_by_role("link", name="Markdown (.md)").click()
     assert "Accepted revision" in Path(md.value.path()).read_text()
+    with page.expect_download() as pdf:
+        page.get_by_role("link", name="Letter as PDF (.pdf)").click()
+    from tests.drafting.test_exports import docx_of, pdf_text
+
+    letter = [line.strip() for line in pdf_text(Path(pdf.value.path()).read_bytes()).splitlines()]
+    assert letter[0] == "Dear Dr. Imani Okafor," and "DRAFT" not in letter
+    with page.expect_download() as docx:
+        page.get_by_role("link", name="Word document (.docx)").click()
+    paragraphs = [p.text for p in docx_of(Path(docx.value.path()).read_bytes()).paragraphs]
+    assert paragraphs[-1] == "Kind regards,\nDr. Lea Martin"
 
 
 def test_selecting_a_span_and_autosave_in_the_browser(
@@ -230,7 +165,7 @@ def test_progress_view_polls_stable_text_into_the_live_region(
     InfillJob.objects.filter(pk=job.pk).update(state="running", progress={
         "attempt": 0, "step": 5, "max_steps": 20, "committed": 10, "positions": 40,
         "holes": {hole: {"stable": "worsening chest", "provisional": "worsening chest pain at"}}})  # fmt: skip
-    page.wait_for_function("document.getElementById('step').textContent === '5 of 20'")
+    page.wait_for_function("document.getElementById('step').textContent === '5 (at most 20)'")
     live = page.locator("#stable")
     assert live.get_attribute("aria-live") == "polite"
     assert live.locator("h3").inner_text() == "Reason for referral"

@@ -95,7 +95,7 @@ def test_create_draft_with_invalid_values_gives_a_message_per_field(
     response = post(token_client, "/api/v1/drafts", {"template": "referral", "values": bad})
     assert response.status_code == 400
     errors = response.json()["errors"]
-    assert "expected format" in errors["birth_date"]
+    assert "not a real date" in errors["birth_date"]
     assert "at most 60 characters" in errors["doctor"]
     assert not Draft.objects.exists()
 
@@ -293,7 +293,7 @@ def test_wrong_types_and_unknown_fields_are_400_and_change_nothing(
 
 
 def test_wrong_method_is_405(token_client: Client, draft: Draft) -> None:
-    response = token_client.delete(f"/api/v1/drafts/{draft.id}")
+    response = token_client.put(f"/api/v1/drafts/{draft.id}")
     assert response.status_code == 405 and "GET" in response["Allow"]
 
 
@@ -335,3 +335,35 @@ def test_job_canvas_from_job_succeed_helper_is_applied(token_client: Client, dra
     job_succeed(job)
     assert "worsening exertional chest pain" in token_client.get(
         f"/api/v1/drafts/{draft.id}").json()["fragments"][7]["text"]
+
+
+@pytest.mark.parametrize("day", ["2025-02-30", "2031-13-45", "next month"])
+def test_an_impossible_date_is_refused_by_the_server(token_client: Client, version: Any,
+                                                     day: str) -> None:  # fmt: skip
+    response = post(token_client, "/api/v1/drafts",
+                    {"template": "referral", "values": {**VALUES, "birth_date": day}})  # fmt: skip
+    assert response.status_code == 400
+    assert "not a real date" in response.json()["errors"]["birth_date"]
+    assert not Draft.objects.exists()
+
+
+def test_a_date_written_out_is_stored_as_a_calendar_date(token_client: Client, version: Any
+                                                         ) -> None:  # fmt: skip
+    response = post(token_client, "/api/v1/drafts",
+                    {"template": "referral", "values": {**VALUES, "birth_date": "17 April 1961"}})
+    assert response.status_code == 201
+    assert response.json()["values"]["birth_date"] == "1961-04-17"
+    assert "born 17 April 1961" in "".join(f["text"] for f in response.json()["fragments"])
+
+
+def test_deleting_a_draft_through_the_api_leaves_nothing_of_it(token_client: Client,
+                                                               draft: Draft, user: Any) -> None:
+    from drafting import services
+
+    job = services.draft_infill_request(draft=draft, user=user, preset="fast")
+    busy = token_client.delete(f"/api/v1/drafts/{draft.id}")
+    assert busy.status_code == 409 and Draft.objects.filter(pk=draft.pk).exists()
+    services.infill_job_cancel(job=job)
+    assert token_client.delete(f"/api/v1/drafts/{draft.id}").status_code == 204
+    assert not Draft.objects.filter(pk=draft.pk).exists()
+    assert token_client.get(f"/api/v1/drafts/{draft.id}").status_code == 404

@@ -65,7 +65,7 @@ def test_a_broken_schema_in_a_new_version_leaves_the_old_one(version: TemplateVe
 def test_invalid_values_create_no_draft(user: Any, version: TemplateVersion) -> None:
     with pytest.raises(services.UserError) as info:
         services.draft_create(owner=user, version=version, values={**VALUES, "doctor": 5})
-    assert info.value.errors == {"doctor": "Referring to must be a string."}
+    assert info.value.errors == {"doctor": "Referring to must be text."}
     assert not Draft.objects.exists()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,7 +14,7 @@ from tests.drafting.helpers import REFERRAL_SOURCE, VALUES
 FIELD = '{{ field("name") }}'
 
 
-def message(source: str, **kwargs: int) -> str:
+def message(source: str, **kwargs: Any) -> str:
     with pytest.raises(TemplateError) as info:
         parse_template(source, **kwargs)
     return str(info.value)
@@ -83,7 +85,8 @@ def test_field_errors_name_each_bad_field() -> None:
     errors = field_errors({**VALUES, "doctor": "", "birth_date": "1961/04/17", "extra": "x"},
                           fields, max_field_length=2000)  # fmt: skip
     assert errors["doctor"] == "Referring to is required."
-    assert errors["birth_date"] == "Date of birth does not have the expected format."
+    assert errors["birth_date"] == (
+        "Date of birth is not a real date: use a calendar date as YYYY-MM-DD (e.g. 2025-02-28).")
     assert "Unknown fields" in errors["__all__"]
     assert field_errors(VALUES, fields, max_field_length=2000) == {}
 
@@ -99,7 +102,7 @@ def test_no_field_may_exceed_the_service_wide_length_limit() -> None:
 def test_number_fields_check_type_and_range() -> None:
     fields = [{"name": "age", "type": "integer", "label": "Age", "minimum": 0, "maximum": 130}]
     assert field_errors({"age": "forty"}, fields, max_field_length=10) == {
-        "age": "Age must be a integer."}  # fmt: skip
+        "age": "Age must be a whole number (digits only, e.g. 92000)."}  # fmt: skip
     assert field_errors({"age": 200}, fields, max_field_length=10) == {
         "age": "Age must be at most 130."}  # fmt: skip
 
@@ -116,3 +119,15 @@ def test_plain_text_around_a_field_is_locked_byte_for_byte(text: str) -> None:
     texts = [p.text for p in parsed.pieces if p.kind == "text"]
     assert "".join(texts) == text + text
     assert [p.kind for p in parsed.pieces if p.kind != "text"] == ["field"]
+
+
+def test_an_error_carries_the_line_and_column_of_its_tag() -> None:
+    def where(source: str, doc_format: str = "text") -> tuple[int, int]:
+        with pytest.raises(TemplateError) as info:
+            parse_template(source, doc_format=doc_format)
+        return info.value.line, info.value.column
+
+    assert where('Dear {{ field("name") }},\n\n  {% for x in y %}{% endfor %}') == (3, 3)
+    assert where('Hi {{ field("a") }}\nBye {% infill "b", max_tokens=4 %}x') == (2, 5)
+    assert where('Dear\n  {{ field("Bad Name") }}') == (2, 3)
+    assert where('{"a": "{{ field("a") }}",\n "b" 1}', "json") == (2, 6)

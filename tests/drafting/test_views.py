@@ -59,7 +59,7 @@ def test_invalid_form_keeps_every_value_and_explains_each_field(
     assert response.status_code == 400
     html = text(response)
     assert "Patient name is required." in html
-    assert "Date of birth does not have the expected format." in html
+    assert "Date of birth is not a real date" in html
     assert "Referring to is too long: at most 60 characters." in html
     assert 'value="yesterday"' in html and 'value="Dr. Lea Martin"' in html
     assert "D" * 61 in html and "Mr Berg&#x27;s referral" in html
@@ -175,7 +175,7 @@ def test_progress_page_shows_step_share_stable_text_and_a_marked_provisional_sna
         "attempt": 0, "step": 4, "max_steps": 16, "committed": 12, "positions": 48,
         "holes": {hole: {"stable": "worsening chest", "provisional": "worsening chest pain on"}}})  # fmt: skip
     html = text(client_in.get(f"/jobs/{job.id}/"))
-    assert "4 of 16" in html and "25%" in html
+    assert "4 (at most 16)" in html and "25%" in html
     stable = html.split('id="stable"', 1)[1].split("</div>\n  </div>", 1)[0]
     assert 'aria-live="polite"' in html.split('id="stable"', 1)[1][:120]
     assert "worsening chest" in stable and "Reason for referral" in stable
@@ -307,12 +307,12 @@ def test_export_txt_and_md_after_accept(client_in: Client, draft: Draft, user: A
     assert body.startswith("Dear Dr. Imani Okafor,") and "NOT ACCEPTED" not in body
     md = client_in.get(f"/drafts/{draft.id}/export.md").content.decode()
     assert md.startswith("# Referral letter") and "Accepted revision" in md
-    assert client_in.get(f"/drafts/{draft.id}/export.pdf").status_code == 404
+    assert client_in.get(f"/drafts/{draft.id}/export.odt").status_code == 404
 
 
 def test_export_before_accept_is_marked_not_accepted(client_in: Client, draft: Draft) -> None:
     body = client_in.get(f"/drafts/{draft.id}/export.txt").content.decode()
-    assert body.startswith("[NOT ACCEPTED")
+    assert body.startswith("[DRAFT, NOT ACCEPTED]")
 
 
 # -- forms, CSRF, ops -------------------------------------------------------------------------

@@ -16,6 +16,15 @@ DEMO_DIR = Path(__file__).resolve().parents[2] / "demo"
 REVIEWERS = "reviewers"
 
 
+AUTHORS = "template authors"
+
+
+def template_authors_group() -> Group:
+    group, _ = Group.objects.get_or_create(name=AUTHORS)
+    group.permissions.add(Permission.objects.get(codename="author_template"))
+    return group
+
+
 def reviewers_group() -> Group:
     group, _ = Group.objects.get_or_create(name=REVIEWERS)
     group.permissions.add(Permission.objects.get(codename="accept_draft"))
@@ -32,6 +41,7 @@ class Command(BaseCommand):
                 description=entry.get("description", ""),
                 source=(DEMO_DIR / f"{entry['slug']}.j2").read_text(),
                 route_hint=entry.get("route_hint", "auto"),
+                doc_format=entry.get("doc_format", "text"),
             )  # fmt: skip
             self.stdout.write(f"template {entry['slug']} v{version.number}")
         group = reviewers_group()
@@ -41,10 +51,16 @@ class Command(BaseCommand):
             demo.set_password(password)
             demo.save()
         demo.groups.add(group)
+        author, created = User.objects.get_or_create(username="author", defaults={"email": ""})
+        if created:
+            author.set_password(password)
+            author.save()
+        author.groups.add(template_authors_group(), group)
         admin, created = User.objects.get_or_create(
             username="admin", defaults={"is_staff": True, "is_superuser": True}
         )
         if created:
             admin.set_password(os.getenv("STENCIL_ADMIN_PASSWORD", "stencil-admin"))
             admin.save()
-        self.stdout.write("accounts: demo (reviewer), admin (superuser)")
+        self.stdout.write("accounts: demo (reviewer), author (template author and reviewer), "
+                          "admin (superuser)")

@@ -96,7 +96,7 @@
       if (sel && sel.rangeCount && !sel.isCollapsed) {
         var range = sel.getRangeAt(0);
         var a = fragmentOf(range.startContainer), b = fragmentOf(range.endContainer);
-        if (a && a === b && !a.dataset.empty && doc.contains(a)) {
+        if (a && a === b && !a.dataset.empty && a.closest(".document[data-selectable=true]")) {
           var text = a.textContent;
           var s = range.startContainer.nodeType === 3 ? range.startOffset : 0;
           var e = range.endContainer.nodeType === 3 ? range.endOffset : text.length;
@@ -175,7 +175,7 @@
       setText("state-text", STATE_TEXT[job.state] + (job.cancel_requested && !job.final ? " Cancelling…" : ""));
       setText("queue-position", job.state === "queued" ? String(job.queue_position + 1) : "—");
       var p = job.progress;
-      setText("step", p.max_steps ? p.step + " of " + p.max_steps : "—");
+      setText("step", p.step_text);
       setText("committed", Math.round(p.committed_share * 100) + "%");
       document.getElementById("committed-bar").value = p.committed_share;
       renderHoles(document.getElementById("stable"), p.holes, job.hole_labels, "stable", "stable-text");
@@ -186,7 +186,10 @@
         var list = document.getElementById("reason-list");
         list.innerHTML = "";
         job.reasons.forEach(function (r) { var li = document.createElement("li"); li.textContent = r; list.appendChild(li); });
-        document.getElementById("reasons").hidden = false;
+        setText("reasons-heading", job.state === "cancelled" ? "Why it was cancelled:" : "Why it failed:");
+        var box = document.getElementById("reasons");
+        box.classList.toggle("failed", job.state !== "cancelled");
+        box.hidden = false;
       }
       if (job.final) {
         document.getElementById("cancel-form").hidden = true;
@@ -225,6 +228,7 @@
 
   // -- a form that must not be sent twice (the server's compare-and-set is the real guard) ----
   function setupOnce(form) {
+    form.setAttribute("data-once-ready", "");
     form.addEventListener("submit", function () {
       form.querySelectorAll("button[type=submit]").forEach(function (b) {
         setTimeout(function () { b.disabled = true; }, 0);
@@ -232,7 +236,108 @@
     });
   }
 
+  // -- choosing words to rewrite from the keyboard (a read-only text box keeps a selection) -----
+  function setupPartSelection() {
+    function sync(event) {
+      var box = event.target;
+      if (!(box instanceof HTMLTextAreaElement) || !box.hasAttribute("data-part-source")) { return; }
+      var form = box.form;
+      var text = box.value;
+      var s = box.selectionStart, e = box.selectionEnd;
+      if (e <= s) { return; }
+      form.querySelector("[data-part=start]").value = codePoints(text.slice(0, s));
+      form.querySelector("[data-part=end]").value = codePoints(text.slice(0, e));
+      form.querySelector("[data-part=phrase]").value = text.slice(s, e);
+    }
+    ["select", "keyup", "mouseup"].forEach(function (name) { document.addEventListener(name, sync); });
+    document.addEventListener("input", function (event) {
+      var input = event.target;
+      // The text to select from is not for typing in (a readonly box keeps no caret in every
+      // browser): an edit is undone at once.
+      if (input instanceof HTMLTextAreaElement && input.hasAttribute("data-part-source")) {
+        input.value = input.defaultValue;
+        return;
+      }
+      if (input instanceof HTMLInputElement && input.dataset.part === "phrase") {
+        input.form.querySelector("[data-part=start]").value = "";  // typed words: the server finds them
+        input.form.querySelector("[data-part=end]").value = "";
+      }
+    });
+  }
+
+  // -- the template editor's live preview (POST the source; the server renders the preview) ----
+  function setupEditor(form) {
+    var url = form.dataset.previewUrl;
+    var status = document.getElementById("preview-status");
+    var timer = null;
+    function refresh() {
+      var body = new FormData();
+      body.append("source", form.querySelector("[name=source]").value);
+      body.append("doc_format", form.querySelector("[name=doc_format]").value);
+      body.append("csrfmiddlewaretoken", csrfToken());
+      fetch(url, { method: "POST", body: body, credentials: "same-origin" })
+        .then(function (r) { return r.text().then(function (html) { return { ok: r.ok, html: html }; }); })
+        .then(function (answer) {
+          swapRegions(answer.html);
+          var source = form.querySelector("[name=source]");
+          if (answer.ok) { source.removeAttribute("aria-invalid"); } else { source.setAttribute("aria-invalid", "true"); }
+          status.textContent = answer.ok ? "Preview updated." : "The preview shows what to fix.";
+        })
+        .catch(function () { status.textContent = "The preview could not be updated."; });
+    }
+    form.addEventListener("input", function () {
+      clearTimeout(timer);
+      status.textContent = "Checking…";
+      timer = setTimeout(refresh, 500);
+    });
+  }
+
+  // -- partial page updates: lock / accept / reject / edit without a reload ---------------------
+  // A form marked data-partial is sent with fetch; the page the server answers with (the same
+  // one a browser without JavaScript gets after its redirect) replaces each [data-region] of
+  // this page, and focus returns to the form's data-focus element: a keyboard user keeps their
+  // place. Any failure falls back to an ordinary submit.
+  function swapRegions(html) {
+    var fresh = new DOMParser().parseFromString(html, "text/html");
+    document.querySelectorAll("[data-region]").forEach(function (region) {
+      var next = fresh.getElementById(region.id);
+      if (next) { region.replaceWith(document.importNode(next, true)); }
+    });
+  }
+
+  function setupPartial() {
+    document.addEventListener("submit", function (event) {
+      var form = event.target;
+      if (!(form instanceof HTMLFormElement) || !form.hasAttribute("data-partial") || !window.fetch) { return; }
+      if (form.dataset.sending === "true") { event.preventDefault(); return; }
+      event.preventDefault();
+      form.dataset.sending = "true";
+      var focusId = form.dataset.focus;
+      // getAttribute: a form with an input named "action" shadows form.action
+      fetch(form.getAttribute("action") || window.location.href, { method: "POST", body: new FormData(form), credentials: "same-origin",
+                           headers: { "X-Requested-With": "fetch" } })
+        .then(function (response) {
+          if (!response.ok && response.status !== 400) { throw new Error(String(response.status)); }
+          return response.text();
+        })
+        .then(function (html) {
+          swapRegions(html);
+          var target = focusId && document.getElementById(focusId);
+          if (target) { target.focus(); }
+          document.dispatchEvent(new CustomEvent("stencil:regions"));
+        })
+        .catch(function () { delete form.dataset.sending; form.submit(); });
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    setupPartial();
+    setupPartSelection();
+    var editor = document.getElementById("editor-form");
+    if (editor && editor.dataset.previewUrl) { setupEditor(editor); }
+    document.addEventListener("stencil:regions", function () {
+      document.querySelectorAll("form[data-once]:not([data-once-ready])").forEach(setupOnce);
+    });
     var values = document.getElementById("values-form");
     if (values && values.dataset.autosaveUrl) { setupAutosave(values); }
     var doc = document.querySelector(".document[data-selectable=true]");

@@ -1,0 +1,23 @@
+"""What goes wrong in a person's request: each error says what to do instead."""
+
+from __future__ import annotations
+
+
+class UserError(ValueError):
+    """Bad input from a person: the message is shown as is; nothing was written."""
+
+    def __init__(self, message: str, *, errors: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or {}
+
+
+class AdmissionError(Exception):
+    """Too much queued work; the caller answers 429 with Retry-After."""
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ConflictError(Exception):
+    """A compare-and-set lost: the draft changed since the person looked at it."""
