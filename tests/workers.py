@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -81,6 +82,8 @@ def worker_env(*, broker_url: str, var_dir: Path, queue_prefix: str,
 def worker_start(*, name: str, broker_url: str, var_dir: Path, queue_prefix: str,
                  log_dir: Path, extra_env: dict[str, str] | None = None) -> WorkerProcess:  # fmt: skip
     queues = ",".join(f"{queue_prefix}{q}" for q in ("denoise", "ar", "audit"))
+    # Node names are unique on the broker: runs of the suite beside this one share RabbitMQ.
+    name = f"{name}-{uuid.uuid4().hex[:6]}"
     log_path = log_dir / f"{name}.log"
     env = worker_env(broker_url=broker_url, var_dir=var_dir, queue_prefix=queue_prefix,
                      extra=extra_env)  # fmt: skip
