@@ -9,10 +9,11 @@ batch mate of another job with the same sampler config.
 
 The poison cap counts only the deliveries that began the job's work: :func:`work_begin` adds
 one to ``delivery_count`` just before the engine runs the job, so a job claimed as a batch mate
-and lost before its turn, or redelivered before its work began, comes no closer to the cap. A
-job whose work began STENCIL_MAX_DELIVERIES times without an end fails with its reason; a job on
-its last delivery runs alone (:func:`last_chance`), so one job that kills its worker cannot
-take its batch mates with it.
+and lost before its turn, or redelivered before its work began, comes no closer to the cap; nor
+does a delivery the worker gave back because the database dropped its session
+(:func:`job_release` with ``refund``). A job whose work began STENCIL_MAX_DELIVERIES times
+without an end fails with its reason; a job on its last delivery runs alone
+(:func:`last_chance`), so one job that kills its worker cannot take its batch mates with it.
 """
 
 from __future__ import annotations
@@ -104,8 +105,8 @@ def job_claim(*, job_id: str, worker: str) -> Claim | None:
     # Not claimable, not busy, not cancelled: the cap is reached, a poison job ends here.
     job_finish(job, None, state=InfillJob.State.FAILED, reasons=[
         f"the job's work was interrupted {job.delivery_count} times (delivery cap "
-        f"{settings.STENCIL_MAX_DELIVERIES}): its worker was lost or its database connection "
-        "failed each time; it was not retried again"
+        f"{settings.STENCIL_MAX_DELIVERIES}): each time its worker was lost, or a database "
+        "error ended the work; it was not retried again"
     ])  # fmt: skip
     metrics.JOB_FAILURES.labels(reason="poison").inc()
     return None
@@ -157,21 +158,23 @@ def leases_renew(claims: Iterable[Claim]) -> int:
     return InfillJob.objects.filter(held).update(lease_expires=timezone.now() + lease())
 
 
-def job_release(claim: Claim) -> str | None:
-    """Give a claimed job back to the queue for another delivery (the worker hit a fault that
-    is not the job's: a lost database connection); a job a person asked to cancel ends
-    cancelled instead. The row waits as the outbox: ``dispatched`` is cleared until its id
-    reaches the broker again. Returns the job's new state; None when the claim was lost."""
+def job_release(claim: Claim, *, refund: bool = False) -> str | None:
+    """Give a claimed job back to the queue for another delivery (the worker hit a database
+    fault); a job a person asked to cancel ends cancelled instead. ``refund`` takes back this
+    delivery's count when the fault was the database's alone (it dropped the session). The
+    row waits as the outbox: ``dispatched`` is cleared until its id reaches the broker again.
+    Returns the job's new state; None when the claim was lost."""
     now = timezone.now()
     if InfillJob.objects.filter(claim.mine(), cancel_requested=True).update(
         state=InfillJob.State.CANCELLED, finished=now, lease_expires=None,
         reasons=["cancelled while its worker was recovering from a database error"],
     ):  # fmt: skip
         return InfillJob.State.CANCELLED
-    if InfillJob.objects.filter(claim.mine()).update(
-        state=InfillJob.State.QUEUED, worker="", lease_expires=None, progress={},
-        dispatched=None,
-    ):  # fmt: skip
+    changes: dict[str, Any] = {"state": InfillJob.State.QUEUED, "worker": "",
+                               "lease_expires": None, "progress": {}, "dispatched": None}  # fmt: skip
+    if refund:
+        changes["delivery_count"] = F("delivery_count") - 1
+    if InfillJob.objects.filter(claim.mine()).update(**changes):
         return InfillJob.State.QUEUED
     return None
 

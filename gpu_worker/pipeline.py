@@ -92,9 +92,10 @@ def job_run(*, job_id: str, worker: str) -> str:
         fault_stall(held)
         decisions, first = _route_and_batch(held)
     except Exception as exc:  # as in _run_guarded, for every job the run holds
+        dropped = _session_dropped(exc)
         states = []
         for c in held.all():
-            states.append(_end_crashed(c, exc))
+            states.append(_end_crashed(c, exc, begun=held.began(c), dropped=dropped))
             held.drop(c)
             if states[-1] in InfillJob.FINAL_STATES:
                 metrics.END_TO_END.labels(state=states[-1]).observe(_age(c.job))
@@ -128,7 +129,7 @@ def _run_guarded(claim: Claim, held: Held, decision: RouteDecision, first: _Batc
     try:
         state = _run_claimed(claim, held, decision, first)
     except Exception as exc:  # a bug, a lost database, an exhausted soft time limit
-        state = _end_crashed(claim, exc)
+        state = _end_crashed(claim, exc, begun=held.began(claim), dropped=_session_dropped(exc))
     finally:
         held.drop(claim)
     if state in InfillJob.FINAL_STATES:
@@ -143,16 +144,22 @@ def _age(job: InfillJob) -> float:
     return (timezone.now() - job.created).total_seconds()
 
 
-def _end_crashed(claim: Claim, exc: Exception) -> str:
-    """The error guard's end for a held job: given back on a database fault, else FAILED."""
+def _end_crashed(claim: Claim, exc: Exception, *, begun: bool, dropped: bool) -> str:
+    """The error guard's end for a held job: given back on a database fault, else FAILED.
+
+    When the database dropped the session itself (``dropped``, see :func:`_session_dropped`),
+    the job is not what failed, and a delivery whose work had begun is not counted against its
+    cap; a database error on a live connection (a deadlock, a timeout, a limit the job's data
+    reached) still counts.
+    """
     job, name = claim.job, type(exc).__name__
     try:
-        if not connection.in_atomic_block:  # a lost connection is dropped; the next query reconnects
-            connection.close_if_unusable_or_obsolete()
         if isinstance(exc, TRANSIENT_ERRORS):
             log.warning("job %s: database error (%s: %s); giving it back to the queue",
                         job.pk, name, exc)  # fmt: skip
-            return _requeue(claim, name)
+            return _requeue(claim, name, refund=dropped and begun)
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()
         log.error("job %s crashed", job.pk, exc_info=exc)
         reason = f"the worker stopped on an internal error ({name}: {exc})"
         if name == "SoftTimeLimitExceeded":
@@ -167,8 +174,27 @@ def _end_crashed(claim: Claim, exc: Exception) -> str:
         return ABANDONED
 
 
-def _requeue(claim: Claim, cause: str) -> str:
-    state = job_release(claim)
+def _session_dropped(exc: Exception) -> bool:
+    """Whether ``exc`` came with the loss of this process's database session (a restart, a
+    failover, a terminated backend: the connection is unusable afterwards). A dead connection
+    is dropped here, so the next query reconnects."""
+    if not isinstance(exc, TRANSIENT_ERRORS):
+        return False
+    if isinstance(exc, InterfaceError) or connection.connection is None:
+        return True
+    if connection.in_atomic_block:
+        return False  # the transaction's owner rolls back first; the connection is not ours
+    try:
+        if connection.is_usable():
+            return False
+        connection.close()
+    except DatabaseError:
+        pass
+    return True
+
+
+def _requeue(claim: Claim, cause: str, *, refund: bool) -> str:
+    state = job_release(claim, refund=refund)
     if state is None:
         return LOST
     if state == InfillJob.State.QUEUED:

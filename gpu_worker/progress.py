@@ -60,6 +60,9 @@ class Held:
         self._begun.add(claim.job.pk)
         return True
 
+    def began(self, claim: Claim) -> bool:
+        return claim.job.pk in self._begun
+
     def renew(self, *, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self._renewed < lease().total_seconds() / LEASE_RENEWALS_PER_LEASE:

@@ -1,5 +1,5 @@
 """Fixtures of the fault-injection suite: drafts whose jobs take seconds, a broker relay that can
-go away, workers that sweep, and the database's other sessions to terminate.
+go away, and workers that sweep.
 
 Each module starts its own workers on its own queues and stops them when it ends, so a sweeper
 never reaches the jobs of tests that run later.
@@ -11,15 +11,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import psycopg
 import pytest
 from django.conf import settings
-from django.db import connection
 
 from drafting import services
 from drafting.models import InfillJob
 from tests.e2e.test_pipeline import referral_draft
-from tests.faults.proxy import Relay
+from tests.faults.inject import Relay
 from tests.workers import WorkerProcess, queues_purge
 
 # About thirty denoising steps for the referral letter's five holes: long enough to be caught
@@ -89,22 +87,3 @@ def all_running(jobs: list[InfillJob], *, step: int = 0, worker: str | None = No
         and (worker is None or r.worker.startswith(worker))
         for r in rows
     )  # fmt: skip
-
-
-def terminate_other_backends() -> int:
-    """Terminate every session on the test database but this one (a failover, a restart)."""
-    params = connection.get_connection_params()
-    kept = {k: params[k] for k in ("dbname", "user", "host", "port") if params.get(k)}
-    with psycopg.connect(**kept, autocommit=True) as admin:
-        rows = admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
-            "AND pid <> pg_backend_pid() AND pid <> %s",
-            [connection.settings_dict["NAME"], _own_pid()],
-        ).fetchall()
-    return len(rows)
-
-
-def _own_pid() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        return int(cursor.fetchone()[0])

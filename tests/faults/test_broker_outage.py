@@ -20,8 +20,8 @@ from stencil.celery import app
 from tests.conftest import wait_for
 from tests.e2e.test_pipeline import referral_draft
 from tests.faults.conftest import SETTLE_S, SLOW_SAMPLER, all_running, draft_job
+from tests.faults.inject import Relay
 from tests.faults.ledger import settle
-from tests.faults.proxy import Relay
 from tests.workers import WorkerProcess, producer_broker
 
 pytestmark = [pytest.mark.services, pytest.mark.faults, pytest.mark.timeout(300),

@@ -20,8 +20,8 @@ from drafting.models import Draft, InfillJob
 from stencil.celery import app
 from tests.e2e.test_pipeline import referral_draft
 from tests.faults.conftest import SETTLE_S
+from tests.faults.inject import Relay
 from tests.faults.ledger import settle
-from tests.faults.proxy import Relay
 from tests.workers import WorkerProcess, producer_broker
 
 pytestmark = [pytest.mark.services, pytest.mark.faults, pytest.mark.timeout(300),

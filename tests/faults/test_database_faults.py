@@ -11,14 +11,13 @@ import time
 from typing import Any
 
 import pytest
-from django.conf import settings
 
 from drafting.models import InfillJob
 from stencil.celery import app
 from tests.conftest import wait_for
-from tests.faults.conftest import SETTLE_S, all_running, draft_job, terminate_other_backends
+from tests.faults.conftest import SETTLE_S, all_running, draft_job
+from tests.faults.inject import Relay, terminate_other_backends
 from tests.faults.ledger import settle
-from tests.faults.proxy import Relay
 from tests.workers import WorkerProcess, producer_broker
 
 pytestmark = [pytest.mark.services, pytest.mark.faults, pytest.mark.timeout(300),
@@ -26,10 +25,11 @@ pytestmark = [pytest.mark.services, pytest.mark.faults, pytest.mark.timeout(300)
 JOBS = 6
 
 
-def _rerunning(jobs: list[InfillJob]) -> bool:
-    """Some job is running again after the first termination gave it back."""
-    return InfillJob.objects.filter(pk__in=[j.pk for j in jobs], state=InfillJob.State.RUNNING,
-                                    delivery_count__gte=2).exists()  # fmt: skip
+def _rerunning(jobs: list[InfillJob], worker: WorkerProcess) -> bool:
+    """Some job runs again after the first termination gave it back."""
+    return "giving it back to the queue" in worker.log() and InfillJob.objects.filter(
+        pk__in=[j.pk for j in jobs], state=InfillJob.State.RUNNING, progress__step__gte=2
+    ).exists()
 
 
 def test_database_connections_terminated_during_work_leave_every_job_final_once(
@@ -41,14 +41,13 @@ def test_database_connections_terminated_during_work_leave_every_job_final_once(
         wait_for(lambda: all_running(jobs[:1], step=3), timeout=120, what="work to begin",
                  interval=0.05)  # fmt: skip
         terminated = [terminate_other_backends()]
-        wait_for(lambda: _rerunning(jobs), timeout=60, what="a job to run again",
+        wait_for(lambda: _rerunning(jobs, steady), timeout=60, what="a job to run again",
                  interval=0.05)  # fmt: skip
         time.sleep(0.2)
         terminated.append(terminate_other_backends())
         tally = settle([str(j.pk) for j in jobs], deadline_s=SETTLE_S)
     assert all(n >= 1 for n in terminated), terminated
     assert tally.clean, (str(tally), steady.log()[-4000:])
-    counts = [j.delivery_count for j in InfillJob.objects.filter(pk__in=[j.pk for j in jobs])]
-    assert max(counts) >= 2  # the terminations hit work in progress
-    assert max(counts) <= settings.STENCIL_MAX_DELIVERIES
-    assert "giving it back to the queue" in steady.log()
+    assert steady.log().count("giving it back to the queue") >= 2  # they hit work in progress
+    counts = {j.delivery_count for j in InfillJob.objects.filter(pk__in=[j.pk for j in jobs])}
+    assert counts == {1}  # a session the database dropped is not counted against the job

@@ -132,14 +132,27 @@ def test_a_database_error_in_the_batched_first_attempt_gives_every_job_back_to_t
         assert job.state == InfillJob.State.QUEUED, job.state
         assert job.lease_expires is None and job.worker == ""
         assert job.dispatched is not None  # its id went to the broker again
-        assert job.delivery_count == 1  # its work had begun in that delivery
+        assert job.delivery_count == 0  # the database dropped the session: not the job's doing
     # The next delivery runs both, again as one batch, and each ends once.
     assert job_run(job_id=str(jobs[1].pk), worker="w-test") == InfillJob.State.SUCCEEDED
     for job in fresh(jobs):
         assert job.state == InfillJob.State.SUCCEEDED, job.reasons
-        assert job.delivery_count == 2
+        assert job.delivery_count == 1
         assert job.result is not None and job.result["batch_size"] == 2
         assert RunRecord.objects.filter(job_id=str(job.pk)).count() == 1
+
+
+def test_a_database_error_on_a_live_connection_counts_against_the_cap(user: Any) -> None:
+    """A deadlock, a timeout or a limit the job's data reached: the job may be the cause."""
+    job = queued_job(user, 1)
+
+    def fail() -> None:
+        raise OperationalError("canceling statement due to statement timeout")
+
+    with connection.execute_wrapper(before_query(PROGRESS_WRITE, fail)):
+        assert job_run(job_id=str(job.pk), worker="w") == REQUEUED
+    job.refresh_from_db()
+    assert job.state == InfillJob.State.QUEUED and job.delivery_count == 1
 
 
 def test_a_database_error_while_claiming_batch_mates_leaves_no_job_running(user: Any) -> None:

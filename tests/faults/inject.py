@@ -1,9 +1,10 @@
-"""A TCP relay in front of the broker, so a test can take "the broker" away from its clients.
+"""The faults the suite and the bench inject: a broker that goes away, a database that drops
+its connections (a worker's SIGKILL is :meth:`tests.workers.WorkerProcess.kill`).
 
-Workers and producers connect to the relay's port instead of RabbitMQ's. :meth:`Relay.down`
-drops every relayed connection and refuses new ones, as a stopped or unreachable broker would,
-while RabbitMQ itself (shared with other runs) keeps running; :meth:`Relay.up` listens again on
-the same port.
+:class:`Relay` is a TCP relay in front of the broker: workers and producers connect to its port
+instead of RabbitMQ's. :meth:`Relay.down` drops every relayed connection and refuses new ones,
+as a stopped or unreachable broker would, while RabbitMQ itself (shared with other runs) keeps
+running; :meth:`Relay.up` listens again on the same port.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import contextlib
 import socket
 import threading
 from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from django.db import connection
 
 CHUNK = 65536
 
@@ -100,3 +104,20 @@ class Relay:
             with self._lock:
                 self._sockets.discard(src)
             src.close()
+
+
+def terminate_other_backends() -> int:
+    """Terminate every session on this process's database but its own (a failover, a server
+    restart); the number terminated."""
+    params = connection.get_connection_params()
+    kept = {k: params[k] for k in ("dbname", "user", "host", "port", "password") if params.get(k)}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        own = int(cursor.fetchone()[0])
+    with psycopg.connect(**kept, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+            "AND pid <> pg_backend_pid() AND pid <> %s",
+            [connection.settings_dict["NAME"], own],
+        ).fetchall()
+    return len(rows)
