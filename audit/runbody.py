@@ -135,6 +135,13 @@ def output_tokens(trace: Sequence[Mapping[str, Any]]) -> int | None:
     return total if seen else None
 
 
+def _precision(config: Mapping[str, Any], model: Mapping[str, Any]) -> Any:
+    """The arithmetic the network really ran in: bf16 when its weights are bf16 (a checkpoint
+    loaded in bf16) or the config asked for bf16 autocast; else the weights' dtype."""
+    weights, compute = model.get("precision"), config.get("precision")
+    return "bf16" if "bf16" in (weights, compute) else (weights or compute)
+
+
 def run_body_build(
     *, run_id: str, context: RunContext, outcome: Outcome, diagnostics: bool
 ) -> dict[str, Any]:
@@ -174,7 +181,7 @@ def run_body_build(
             "seed": int(outcome.seed),
             "initial_state_sha256": generator_state_sha256(outcome.seed),
         },
-        "stencil.precision": config.get("precision"),
+        "stencil.precision": _precision(config, outcome.model),
         "stencil.runtime": runtime_info(context.device),
         "stencil.batch": {
             "size": max(len(batch), 1),

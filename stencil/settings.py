@@ -166,6 +166,9 @@ STENCIL_MAX_ATTEMPTS = envint("STENCIL_MAX_ATTEMPTS", "3")  # retries before the
 STENCIL_MAX_DELIVERIES = envint("STENCIL_MAX_DELIVERIES", "3")  # poison-job cap
 # The worker's sweeper: every STENCIL_SWEEP_SECONDS it re-sends jobs the broker never took
 # (older than the grace) and jobs whose worker lost its lease (gpu_worker/sweeper.py).
+# /metrics answers these client networks, or a request bearing STENCIL_METRICS_TOKEN.
+STENCIL_METRICS_ALLOW = envlist("STENCIL_METRICS_ALLOW", "127.0.0.1/32,::1/128")
+STENCIL_METRICS_TOKEN = os.getenv("STENCIL_METRICS_TOKEN", "")
 STENCIL_SWEEP_SECONDS = envint("STENCIL_SWEEP_SECONDS", "15")
 STENCIL_SWEEP_GRACE_SECONDS = envint("STENCIL_SWEEP_GRACE_SECONDS", "10")
 STENCIL_BATCH_MAX = envint("STENCIL_BATCH_MAX", "8")  # jobs a worker denoises in one batch

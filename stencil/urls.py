@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import os
 
+from django.conf import settings
 from django.contrib import admin
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import include, path
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+from django.views.defaults import page_not_found as default_page_not_found
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -22,13 +26,34 @@ from drafting.urls import api_urlpatterns
 @never_cache
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text format; aggregates every process's files in multiprocess mode."""
+    """Prometheus text format; aggregates every process's files in multiprocess mode.
+
+    Only for scrapers the operator named: a client address in ``STENCIL_METRICS_ALLOW``
+    (addresses or networks; loopback by default) or ``Authorization: Bearer`` with
+    ``STENCIL_METRICS_TOKEN``. Anyone else gets 403.
+    """
+    if not _metrics_allowed(request):
+        return HttpResponse("metrics are for the operator's scrapers\n", status=403,
+                            content_type="text/plain")  # fmt: skip
     registry: CollectorRegistry = DEFAULT_REGISTRY
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)
     body = generate_latest(registry) + generate_latest(_metrics.REVIEW_REGISTRY)
     return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+
+
+def _metrics_allowed(request: HttpRequest) -> bool:
+    token = str(settings.STENCIL_METRICS_TOKEN or "")
+    given = request.headers.get("Authorization", "")
+    if token and hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        return True
+    try:
+        client = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    return any(client in ipaddress.ip_network(net, strict=False)
+               for net in settings.STENCIL_METRICS_ALLOW)  # fmt: skip
 
 
 @never_cache
@@ -53,3 +78,16 @@ urlpatterns = [
     path("api/v1/", include(api_urlpatterns)),
     path("", include("drafting.urls")),
 ]
+
+
+def page_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """A 404 in the API's form under /api/ (JSON a client can read), Django's page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(
+            {"error": f"no API endpoint or object at {request.path}", "errors": {}},
+            status=404,
+        )
+    return default_page_not_found(request, exception or Http404())
+
+
+handler404 = page_not_found

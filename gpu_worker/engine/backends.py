@@ -1,11 +1,21 @@
 """Model backends: load a model directory into a :class:`~gpu_worker.engine.loaded.LoadedModel`.
 
-A shipped Stencil model (config.json + model.safetensors + tokenizer.json) or a Hugging Face
-masked-diffusion checkpoint (:mod:`gpu_worker.engine.external`).
+- a shipped Stencil model (config.json + model.safetensors + tokenizer.json);
+- a Hugging Face checkpoint of a family Stencil runs natively, LLaDA or Dream
+  (:mod:`gpu_worker.engine.native`: Stencil's own forward, no checkpoint code);
+- a Hugging Face masked LM that ``transformers`` knows, BERT, RoBERTa or ModernBERT
+  (:mod:`gpu_worker.engine.external`).
+
+Anything else is refused with one line naming the file and the fix (a block-diffusion
+checkpoint with the reason). The dtype the weights are held in is the operator's
+``STENCIL_MODEL_DTYPE`` (``auto``: bf16 on a GPU, fp32 on the CPU); the shipped models are
+always fp32.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import torch
@@ -13,27 +23,51 @@ import torch
 from gpu_worker.engine.loaded import LoadedModel, file_sha256
 from gpu_worker.engine.tokenizer import StencilTokenizer
 
+DTYPE_ENV = "STENCIL_MODEL_DTYPE"
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+AUTO = "auto"
+
+
+def model_dtype(device: torch.device, setting: str | None = None) -> torch.dtype:
+    """The dtype a checkpoint's weights are loaded in: ``setting`` (default: the
+    ``STENCIL_MODEL_DTYPE`` environment variable), "auto" = bf16 on CUDA, else fp32."""
+    value = (os.environ.get(DTYPE_ENV, AUTO) if setting is None else setting).strip().lower() or AUTO
+    if value == AUTO:
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if value not in DTYPES:
+        raise ValueError(f"{DTYPE_ENV}={value!r} is not one of {[AUTO, *DTYPES]}")
+    return DTYPES[value]
+
 
 def load_backend(
     directory: Path,
     *,
     device: str | torch.device = "cpu",
     trust_remote_code: bool | None = None,
+    dtype: str | None = None,
 ) -> LoadedModel:
-    """Load a model directory: a shipped Stencil model (config.json + model.safetensors +
-    tokenizer.json), or a Hugging Face masked-diffusion checkpoint (see
-    :mod:`gpu_worker.engine.external`; ``trust_remote_code=None`` reads the operator setting)."""
+    """Load a model directory (see the module docstring). ``trust_remote_code=None`` reads the
+    operator setting (``STENCIL_TRUST_REMOTE_CODE``), ``dtype=None`` reads
+    ``STENCIL_MODEL_DTYPE``. Raises :class:`~gpu_worker.engine.checkpoint.CheckpointError` (a
+    ValueError, one line) for a directory that cannot be run as it is."""
+    from gpu_worker.engine.checkpoint import is_hf_directory, read_hf_config
+    from gpu_worker.engine.external import load_external
+    from gpu_worker.engine.native import family_of, load_native, refuse_block_diffusion
+
     directory = Path(directory)
-    from gpu_worker.engine.external import is_hf_directory, load_external
+    device = torch.device(device)
+    if not is_hf_directory(directory):
+        return _load_stencil(directory, device=device)
+    config = read_hf_config(directory)
+    refuse_block_diffusion(config, directory / "config.json")
+    weights_dtype = model_dtype(device, dtype)
+    family = family_of(config)
+    if family is not None:
+        return load_native(directory, config, family, device=device, dtype=weights_dtype)
+    return load_external(directory, device=device, trust_remote_code=trust_remote_code, dtype=weights_dtype)
 
-    if is_hf_directory(directory):
-        return load_external(directory, device=device, trust_remote_code=trust_remote_code)
-    return _load_stencil(directory, device=device)
 
-
-def _load_stencil(directory: Path, *, device: str | torch.device) -> LoadedModel:
-    import json
-
+def _load_stencil(directory: Path, *, device: torch.device) -> LoadedModel:
     from gpu_worker.engine.model import load_model
 
     for required in ("config.json", "model.safetensors", "tokenizer.json"):

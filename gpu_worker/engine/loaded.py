@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from gpu_worker.engine.config import SamplerConfig
 from gpu_worker.engine.tokenizer import StencilTokenizer
 
 
@@ -43,11 +44,31 @@ class LoadedModel:
     tokenizer_sha256: str
     kind: str  # "denoiser" | "ar_fim" | "external"
     placeholder: bool  # True when the weights are untrained (say so in the UI)
+    # The dtype the network's weights are held in, so the one its forward runs in whatever
+    # the sampler's precision says: "fp32" | "bf16" (a bf16 network is not run in fp32).
+    precision: str = "fp32"
+    # Which code runs the network: "stencil" (the shipped models), a native family ("llada",
+    # "dream", see gpu_worker.engine.native) or "transformers" (a transformers masked LM).
+    family: str = "stencil"
 
     def identity(self) -> dict[str, Any]:
         """What names this model in an outcome and an audit record."""
         return {"name": self.name, "kind": self.kind, "weights_sha256": self.weights_sha256,
-                "tokenizer_sha256": self.tokenizer_sha256, "placeholder": self.placeholder}
+                "tokenizer_sha256": self.tokenizer_sha256, "placeholder": self.placeholder,
+                "precision": self.precision, "family": self.family}
+
+    @property
+    def has_window_forward(self) -> bool:
+        """Whether the network offers ``forward_window`` (the dual and delayed caches)."""
+        return hasattr(self.network, "forward_window")
+
+    def fit_config(self, config: SamplerConfig) -> SamplerConfig:
+        """``config`` as this model can run it: a network without a window forward runs a
+        cached preset without its cache (``cache="none"``, exact). Resolve a request's config
+        with it before freezing it, so the frozen config says what ran."""
+        if config.cache != "none" and not self.has_window_forward:
+            return config.replace(cache="none")
+        return config
 
 
 def file_sha256(path: Path) -> str:

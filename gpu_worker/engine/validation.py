@@ -1,20 +1,22 @@
 """Validation of a filled canvas: a list of named violations (data, never exceptions).
 
 Checks: locked positions and locked text byte-identical; no mask token left; no special token
-inside a hole's text; each hole within its max length; each hole's constraint (pattern by
-``re.fullmatch`` with ``re.ASCII``, choices, JSON Schema by ``jsonschema``).
+inside a hole's text; each hole within its max length; a free hole not empty; each hole's
+constraint (pattern by the engine's own linear-time automaton, the same full-match semantics
+as ``re.fullmatch`` with ``re.ASCII`` on the supported subset; choices; JSON Schema by
+``jsonschema``).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
 from gpu_worker.engine.canvas import Canvas
+from gpu_worker.engine.constraints import pattern_fullmatch
 from gpu_worker.engine.tokenizer import StencilTokenizer
 
 LOCKED_CHANGED = "locked_changed"
@@ -25,6 +27,7 @@ TOO_LONG = "hole_too_long"
 PATTERN_MISMATCH = "pattern_mismatch"
 CHOICE_MISMATCH = "choice_mismatch"
 SCHEMA_INVALID = "schema_invalid"
+EMPTY_HOLE = "empty_hole"
 
 
 @dataclass(frozen=True)
@@ -124,9 +127,11 @@ def _check_tokens(
 
 def _check_hole(name: str, spec: dict[str, Any], text: str) -> list[Violation]:
     constraint = spec.get("constraint") or {}
+    if not constraint and not text.strip():
+        return [Violation(EMPTY_HOLE, name, "the model wrote nothing here")]
     if "pattern" in constraint:
         pattern = constraint["pattern"]
-        if re.fullmatch(pattern, text, flags=re.ASCII) is None:
+        if not pattern_fullmatch(pattern, text):
             return [Violation(PATTERN_MISMATCH, name, f"{text!r} does not match {pattern!r}")]
     if "choices" in constraint and text not in constraint["choices"]:
         return [Violation(CHOICE_MISMATCH, name, f"{text!r} is not one of the choices")]

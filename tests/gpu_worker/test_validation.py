@@ -13,6 +13,7 @@ from gpu_worker.engine.sampler import denoise
 from gpu_worker.engine.tokenizer import StencilTokenizer
 from gpu_worker.engine.validation import (
     CHOICE_MISMATCH,
+    EMPTY_HOLE,
     LOCKED_CHANGED,
     MASK_LEFT,
     PATTERN_MISMATCH,
@@ -92,3 +93,30 @@ def test_constraint_violations_in_given_texts_are_named_per_hole(
     assert (SCHEMA_INVALID, "data") in {
         (v.name, v.hole) for v in validate(canvas, ids, tokenizer, hole_texts=texts)
     }
+
+
+def test_an_empty_free_hole_is_a_violation(
+    tokenizer: StencilTokenizer, model: StencilTransformer
+) -> None:
+    canvas, ids = filled(tokenizer, model)
+    texts = {**canvas.hole_texts(ids, tokenizer), "name": " "}
+    found = validate(canvas, ids, tokenizer, hole_texts=texts)
+    assert (EMPTY_HOLE, "name") in {(v.name, v.hole) for v in found}
+    assert EMPTY_HOLE not in names(validate(canvas, ids, tokenizer))
+
+
+def test_a_pattern_with_nested_repeats_is_checked_in_linear_time(
+    tokenizer: StencilTokenizer,
+) -> None:
+    """(a+)+$ backtracks exponentially under re; the automaton reads each character once."""
+    import time
+
+    canvas = parse_canvas(
+        {"segments": [{"text": "x "}, {"hole": "v", "max_tokens": 40,
+                                        "constraint": {"pattern": "(a+)+$"}}]},
+        tokenizer, max_len=80,
+    )  # fmt: skip
+    started = time.perf_counter()
+    found = validate(canvas, canvas.ids, tokenizer, hole_texts={"v": "a" * 29 + "!"})
+    assert PATTERN_MISMATCH in names(found)
+    assert time.perf_counter() - started < 5.0  # re.fullmatch takes about 10 s on this input
