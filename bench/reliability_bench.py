@@ -2,7 +2,7 @@
 goes away and the database drops every connection; counts lost, duplicated and stuck jobs and
 how long the jobs each fault hit took to end.
 
-    PYTHONPATH=. .venv/bin/python bench/reliability_bench.py            # run it (~3-6 min)
+    PYTHONPATH=. .venv/bin/python bench/reliability_bench.py            # run it (~2-4 min)
     PYTHONPATH=. .venv/bin/python bench/reliability_bench.py --report   # print the last table
 
 Needs PostgreSQL and RabbitMQ (CELERY_BROKER_URL=amqp://...). It uses its own database
@@ -10,9 +10,10 @@ Needs PostgreSQL and RabbitMQ (CELERY_BROKER_URL=amqp://...). It uses its own da
 which it empties first, its own queues, and a relay in front of RabbitMQ for the broker outage
 (tests/faults/inject.py), so the RabbitMQ other runs share keeps running. Writes
 bench/reliability/results.json and bench/reliability/REPORT.md. ``--worker-checkout DIR`` runs
-the workers from another checkout (the same database schema), to compare versions.
+the workers from another checkout (the same database schema) and ``--compare RESULTS.json``
+puts another run's row beside this one's, to compare versions.
 
-The campaign: two workers (placeholder model, STENCIL_BATCH_MAX 8), 40 jobs from eight users
+The campaign: two workers (the trained denoiser, STENCIL_BATCH_MAX 8), 40 jobs from eight users
 submitted in waves, and after each wave a fault: four SIGKILLs (of the worker running the most
 jobs, while it runs them; it is started again), two terminations of every database session,
 and one broker outage during which another wave is submitted. A job is *hit* by a fault when it was
@@ -29,6 +30,7 @@ import os
 import statistics
 import sys
 import tempfile
+import textwrap
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -37,8 +39,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "reliability"
+COMMAND = "PYTHONPATH=. .venv/bin/python bench/reliability_bench.py"
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/stencil_reliability"
-# About 130 denoising steps for the referral letter's holes: a batch runs for seconds on a CPU.
+# One token per step over the referral letter's holes: a batch runs for seconds on a CPU.
 SAMPLER = {"commit_rule": "even", "block_length": 32, "steps_per_block": 32,
            "max_steps": 256, "cache": "none", "remask": "none"}  # fmt: skip
 FIRST_WAVE = 8  # jobs submitted before the first fault
@@ -97,13 +100,13 @@ class Campaign:
 
     # -- workers ---------------------------------------------------------------------------
     def start_worker(self, index: int) -> Any:
-        from tests.workers import PLACEHOLDER_MODEL, worker_start
+        from tests.workers import worker_start
 
         lease = str(self.args.lease)
         worker = worker_start(
             name=f"bench{index}", broker_url=self.relay.url, var_dir=self.var_dir,
             queue_prefix=self.prefix, log_dir=self.var_dir, repo=Path(self.args.worker_checkout),
-            extra_env={"STENCIL_MODEL_DIR": str(PLACEHOLDER_MODEL), "STENCIL_JOB_LEASE_SECONDS":
+            extra_env={"STENCIL_MODEL_DIR": str(self.model_dir()), "STENCIL_JOB_LEASE_SECONDS":
                        lease, "STENCIL_SWEEP_SECONDS": str(self.args.sweep),
                        "STENCIL_SWEEP_GRACE_SECONDS": str(self.args.sweep),
                        "STENCIL_MAX_REQUEST_STEPS": "4096"},
@@ -114,6 +117,15 @@ class Campaign:
             self.workers.append(worker)
         return worker
 
+    def sampler(self) -> dict[str, Any]:
+        return dict(SAMPLER)
+
+    def model_dir(self) -> Path:
+        from tests.workers import PLACEHOLDER_MODEL
+
+        return PLACEHOLDER_MODEL if self.args.model == "placeholder" else REPO / "models" / (
+            "stencil-denoiser")
+
     # -- work ------------------------------------------------------------------------------
     def submit(self, n: int) -> list[str]:
         from django.db import transaction
@@ -121,7 +133,7 @@ class Campaign:
         from drafting.models import DocumentTemplate
 
         version = DocumentTemplate.objects.get(slug="referral-letter").latest_version()
-        ids = []
+        ids: list[str] = []
         with transaction.atomic():  # a burst: every id reaches the broker when all are queued
             self._submit(version, n, ids)
         return ids
@@ -135,7 +147,7 @@ class Campaign:
             draft = services.draft_create(owner=owner, version=version, values=REFERRAL_VALUES)
             plan = services.draft_canvas_plan(draft=draft)
             job = services.infill_job_create(
-                owner=owner, request={**plan.request, "sampler": SAMPLER}, preset="careful",
+                owner=owner, request={**plan.request, "sampler": self.sampler()}, preset="careful",
                 draft=draft, targets=plan.targets,
             )  # fmt: skip
             self.jobs.append(str(job.pk))
@@ -250,21 +262,30 @@ def summarize(c: Campaign) -> dict[str, Any]:
     rows = {str(j.pk): j for j in InfillJob.objects.filter(pk__in=c.jobs)}
     finished = {pk: j.finished.timestamp() for pk, j in rows.items() if j.finished}
     recovery: dict[str, list[float]] = {"kill": [], "db": [], "blip": []}
+    hit: dict[str, int] = {"kill": 0, "db": 0, "blip": 0}
     for pk, end in finished.items():
         hits = [f for f in c.faults if pk in f.hit and f.at <= end]
         if hits:
             last = max(hits, key=lambda f: f.at)
-            recovery[last.kind].append(end - last.at)
+            hit[last.kind] += 1
+            if rows[pk].state == InfillJob.State.SUCCEEDED:  # a lost job has no recovery
+                recovery[last.kind].append(end - last.at)
     every = [s for values in recovery.values() for s in values]
+    hit["all"] = sum(hit.values())
+    by_batch: dict[int, list[float]] = {}
+    for job in rows.values():
+        if job.result and job.attempts:
+            size = int(job.result.get("batch_size", 1))
+            by_batch.setdefault(size, []).append(float(job.attempts[-1].get("seconds", 0.0)))
     injected = [f for f in c.faults if f.hit]
     rescued = [rows[pk] for f in c.faults if f.kind == "kill" for pk in f.hit if pk in rows]
     batch_sizes = [int((j.result or {}).get("batch_size", 0)) for j in rescued if j.result]
     last_fault = max((f.at for f in injected), default=c.started)
     return {
-        "command": "PYTHONPATH=. .venv/bin/python bench/reliability_bench.py",
+        "command": " ".join([COMMAND, *sys.argv[1:]]),
         "settings": {"jobs": len(c.jobs), "workers": 2, "lease_s": c.args.lease,
-                     "sweep_s": c.args.sweep, "batch_max": 8, "model": "stencil-placeholder",
-                     "sampler": SAMPLER, "worker_checkout": str(c.args.worker_checkout)},
+                     "sweep_s": c.args.sweep, "batch_max": 8, "model": c.model_dir().name,
+                     "sampler": c.sampler(), "worker_checkout": str(c.args.worker_checkout)},
         "faults": [asdict(f) for f in c.faults],
         "injected": {kind: sum(1 for f in injected if f.kind == kind)
                      for kind in ("kill", "db", "blip")},  # fmt: skip
@@ -272,9 +293,12 @@ def summarize(c: Campaign) -> dict[str, Any]:
         "lost_jobs": c.tally.lost, "duplicated_jobs": c.tally.duplicated,
         "stuck_jobs": c.tally.stuck,
         "hit_jobs": len({pk for f in injected for pk in f.hit}),
-        "recovery_s": {kind: {"n": len(v), "p50": round(statistics.median(v), 1) if v else None,
+        "recovery_s": {kind: {"hit": hit[kind], "n": len(v),
+                              "p50": round(statistics.median(v), 1) if v else None,
                               "max": round(max(v), 1) if v else None}
                        for kind, v in {**recovery, "all": every}.items()},  # fmt: skip
+        "attempt_seconds_by_batch_size": {str(size): round(statistics.median(v), 2)
+                                          for size, v in sorted(by_batch.items())},  # fmt: skip
         "all_final_after_last_fault_s": round(max(finished.values(), default=last_fault)
                                               - last_fault, 1),  # fmt: skip
         "rescued_batch_size": {"p50": _percentile([float(b) for b in batch_sizes], 0.5),
@@ -286,36 +310,57 @@ def summarize(c: Campaign) -> dict[str, Any]:
     }
 
 
-def table(r: dict[str, Any]) -> str:
-    t, inj, rec = r["tally"], r["injected"], r["recovery_s"]
+def table(runs: list[dict[str, Any]]) -> str:
+    """One row per run: the first is this run, the others the runs it is compared with."""
 
-    def cell(kind: str) -> str:
-        v = rec[kind]
-        return f"{v['p50']} / {v['max']} (n={v['n']})" if v["n"] else "-"
+    def cell(r: dict[str, Any], kind: str) -> str:
+        v = r["recovery_s"][kind]
+        return f"{v['p50']} / {v['max']}" if v["n"] else "-"
 
     lines = [
-        "| faults injected | jobs | lost | duplicated | stuck | recovery p50 / max, s |",
-        "|---|---|---|---|---|---|",
-        f"| {inj['kill']} SIGKILLs, {inj['db']} database terminations, {inj['blip']} broker "
-        f"outage | {t['jobs']} | {t['lost']} | {t['duplicated']} | {t['stuck']} | "
-        f"{cell('all')} |",
-        "",
-        "| fault | jobs hit: recovery p50 / max, s |",
-        "|---|---|",
-        f"| worker SIGKILL | {cell('kill')} |",
-        f"| database sessions terminated | {cell('db')} |",
-        f"| broker outage ({BLIP_S:.0f} s) | {cell('blip')} |",
-        "",
-        f"All jobs final {r['all_final_after_last_fault_s']} s after the last fault; jobs a "
-        f"kill hit were rescued in batches of {r['rescued_batch_size']['p50']:.0f} (median, max "
-        f"{r['rescued_batch_size']['max']}); deliveries whose work began, per job: "
-        f"{r['delivery_counts']}; campaign wall time {r['wall_s']} s.",
+        "| workers | faults injected | jobs | lost | duplicated | stuck | recovery p50 / max, s:"
+        " all | SIGKILL | database | broker | kill-hit jobs rescued in batches of (median / max) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    for r in runs:
+        t, inj, rb = r["tally"], r["injected"], r["rescued_batch_size"]
+        lines.append(
+            f"| {r['label']} | {inj['kill']} SIGKILLs ({r['recovery_s']['kill']['hit']} jobs hit), "
+            f"{inj['db']} database terminations ({r['recovery_s']['db']['hit']}), {inj['blip']} "
+            f"broker outage of {BLIP_S:.0f} s ({r['recovery_s']['blip']['hit']}) | {t['jobs']} | "
+            f"{t['lost']} | {t['duplicated']} | {t['stuck']} | {cell(r, 'all')} | "
+            f"{cell(r, 'kill')} | {cell(r, 'db')} | {cell(r, 'blip')} | "
+            f"{rb['p50']:.0f} / {rb['max']} |"
+        )  # fmt: skip
     return "\n".join(lines)
 
 
-def report(r: dict[str, Any]) -> str:
+def report(r: dict[str, Any], others: list[dict[str, Any]]) -> str:
     s = r["settings"]
+    paragraphs = [
+        f"All jobs of this run were final {r['all_final_after_last_fault_s']} s after the last "
+        f"fault; deliveries whose work began, per job: {r['delivery_counts']}; campaign wall "
+        f"time {r['wall_s']} s. The first attempt's median seconds by batch size (what a batch "
+        f"costs on this machine): {r['attempt_seconds_by_batch_size']}.",
+        f"Settings: {s['jobs']} referral-letter jobs from {USERS} users in waves, {s['workers']} "
+        f"workers, lease {s['lease_s']} s, sweep every {s['sweep_s']} s, batches of up to "
+        f"{s['batch_max']}, the {s['model']} model on a shared 2-core CPU, sampler "
+        f"`{json.dumps(s['sampler'])}`.",
+        *(f"The row {o['label']!r} is the same campaign with the workers of another checkout "
+          f"({o['settings']['worker_checkout']}, made with `git archive COMMIT | tar -x -C "
+          f"DIR`), run with `{o['command']}`." for o in others),
+        "How to read it: *lost* is a job that did not end succeeded (every job is valid and "
+        "none is cancelled) or whose draft lacks its infill revision; *duplicated* is a draft "
+        "with more infill revisions or succeeded jobs than it asked for; *stuck* is a job not "
+        f"final {int(r['deadline_s'])} s after the last fault. A job is hit by a kill when it "
+        "ran on the killed worker, by a database termination when it was running anywhere, by "
+        "the outage when it was submitted during it; in brackets is how many jobs each kind of "
+        "fault hit. Recovery is from a job's last fault to its successful end (a lost job has "
+        "none). After a kill it is at least the lease: the dead worker's claims are taken over "
+        "once their leases run out. Each fault waits until the jobs the previous one hit have "
+        "ended. The raw figures, every fault with the jobs it hit, are in results.json.",
+    ]  # fmt: skip
+    body = "\n\n".join(textwrap.fill(p, width=100) for p in paragraphs)
     return f"""# Reliability campaign
 
 Jobs through real workers (PostgreSQL, RabbitMQ, two Celery worker processes) while workers are
@@ -323,23 +368,22 @@ killed, the database drops every connection and the broker goes away. Reproduce 
 
     {r["command"]}
 
-and print this table again with `{r["command"]} --report`.
+and print this table again with `{COMMAND} --report`.
 
-{table(r)}
+{table([r, *others])}
 
-Settings: {s["jobs"]} referral-letter jobs from {USERS} users, {s["workers"]} workers, lease
-{s["lease_s"]} s, sweep every {s["sweep_s"]} s, batches of up to {s["batch_max"]}, the
-{s["model"]} model on the CPU, sampler {json.dumps(s["sampler"])}.
-
-How to read it: *lost* is a job that did not end succeeded (every job is valid and none is
-cancelled) or whose draft lacks its infill revision; *duplicated* is a draft with more infill
-revisions or succeeded jobs than it asked for; *stuck* is a job not final
-{int(r.get("deadline_s", 300))} s after the last submission. A job is hit by a kill when it ran on the
-killed worker, by a database termination when it was running anywhere, by the outage when it
-was submitted during it; recovery is from its last fault to its end. After a kill, recovery is
-at least the lease: the dead worker's claims are taken over only once their leases run out.
-The raw figures, every fault with the jobs it hit, are in results.json.
+{body}
 """
+
+
+def _label(checkout: Path) -> str:
+    import subprocess
+
+    if checkout.resolve() != REPO:
+        return checkout.name
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
+                          capture_output=True).stdout.strip()  # fmt: skip
+    return f"this checkout ({head})" if head else "this checkout"
 
 
 def main() -> int:
@@ -349,10 +393,16 @@ def main() -> int:
     parser.add_argument("--sweep", type=int, default=2, help="STENCIL_SWEEP_SECONDS")
     parser.add_argument("--deadline", type=float, default=300.0)
     parser.add_argument("--worker-checkout", type=Path, default=REPO)
+    parser.add_argument("--label", help="the workers' row label (default: the checkout)")
+    parser.add_argument("--compare", type=Path, action="append", default=[],
+                        help="results.json of another run, shown as a row beside this one")
+    parser.add_argument("--model", choices=["placeholder", "denoiser"], default="denoiser",
+                        help="the trained denoiser (models/) or the placeholder (fast)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     if args.report:
-        print(table(json.loads((args.out / "results.json").read_text())))
+        results = json.loads((args.out / "results.json").read_text())
+        print(table([results, *results.get("compared", [])]))
         return 0
     broker = os.environ.get("CELERY_BROKER_URL", "")
     if not broker.startswith("amqp"):
@@ -362,11 +412,15 @@ def main() -> int:
     _setup_django(os.environ.get("STENCIL_BENCH_DATABASE_URL", DEFAULT_DB))
     campaign = Campaign(args, broker)
     campaign.run()
-    results = {**summarize(campaign), "deadline_s": args.deadline}
+    others = [json.loads(path.read_text()) for path in args.compare]
+    for other in others:
+        other.pop("compared", None)
+    results = {**summarize(campaign), "deadline_s": args.deadline,
+               "label": args.label or _label(args.worker_checkout), "compared": others}  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.out / "REPORT.md").write_text(report(results))
-    print(table(results))
+    (args.out / "REPORT.md").write_text(report(results, others))
+    print(table([results, *others]))
     return 0 if campaign.tally.clean else 1
 
 

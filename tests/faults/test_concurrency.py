@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.http import HttpResponse
 from django.test import Client
 
 from drafting.models import Draft, InfillJob
@@ -28,7 +27,7 @@ pytestmark = [pytest.mark.services, pytest.mark.faults, pytest.mark.timeout(300)
               pytest.mark.django_db(transaction=True)]  # fmt: skip
 
 
-def post_together(requests: list[tuple[Any, Draft]]) -> list[HttpResponse]:
+def post_together(requests: list[tuple[Any, Draft]]) -> list[Any]:
     """POST each draft's infill as its user, every request on its own thread, released at once."""
     clients = []
     for user, _draft in requests:
@@ -36,7 +35,7 @@ def post_together(requests: list[tuple[Any, Draft]]) -> list[HttpResponse]:
         client.force_login(user)
         clients.append(client)
     gate = threading.Barrier(len(requests))
-    answers: list[HttpResponse | None] = [None] * len(requests)
+    answers: list[Any] = [None] * len(requests)  # the test client's responses
 
     def post(i: int) -> None:
         try:
@@ -61,7 +60,7 @@ def through_steady(steady: WorkerProcess, relay: Relay, module_prefix: str) -> A
         yield steady
 
 
-def _ids(answers: list[HttpResponse]) -> list[str]:
+def _ids(answers: list[Any]) -> list[str]:
     return [str(a.json()["id"]) for a in answers if a.status_code == 202]
 
 
