@@ -47,10 +47,10 @@ def candidates(preset: str = PRESET) -> dict[str, SamplerConfig]:
     bars: tuple[tuple[float, float], ...]
     if preset == PRESET:
         budgets = ((0.1, 0.0), (0.1, 0.5), (0.1, 1.0), (0.1, 2.0), (base.threshold, 1.0))
-        bars = ((0.1, 0.5), (0.1, 0.7), (base.threshold, base.neighbour_threshold))
+        bars = ((0.1, 0.5), (0.1, 0.7), (base.threshold, base.rules.neighbour_threshold))
     else:
         budgets = ((base.threshold, 0.5), (base.threshold, 1.0))
-        bars = ((base.threshold, base.neighbour_threshold), (0.7, base.neighbour_threshold))
+        bars = ((base.threshold, base.rules.neighbour_threshold), (0.7, base.rules.neighbour_threshold))
     for tau, budget in budgets:
         name = f"{preset} at threshold {tau}" + (f", error budget {budget}" if budget else "")
         out[name] = base.replace(threshold=tau, error_budget=budget)

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpu_worker.engine.backends import load_backend  # noqa: E402
 from gpu_worker.engine.canvas import parse_canvas  # noqa: E402
-from gpu_worker.engine.config import DEFAULT_PRESET, PRESETS, SamplerConfig  # noqa: E402
+from gpu_worker.engine.config import DEFAULT_PRESET, PRESETS, CommitRules, SamplerConfig  # noqa: E402
 from gpu_worker.engine.infill import infill_request, model_vocab_size  # noqa: E402
 from gpu_worker.engine.loaded import LoadedModel  # noqa: E402
 from gpu_worker.engine.sampler import denoise_batch, model_int  # noqa: E402
@@ -61,12 +61,10 @@ DOC_CONFIGS = tuple(  # whole documents
 )
 BLOCK = 32
 RULES: dict[str, Any] = {  # the presets' rules: end of hole (off), neighbours, repeats, runs
-    "tail_threshold": PRESETS[DEFAULT_PRESET].tail_threshold,
-    "neighbour_threshold": PRESETS[DEFAULT_PRESET].neighbour_threshold,
-    "ban_adjacent_repeats": PRESETS[DEFAULT_PRESET].ban_adjacent_repeats,
-    "hold_shifted_repeats": PRESETS[DEFAULT_PRESET].hold_shifted_repeats,
-    "pattern_runs": PRESETS[DEFAULT_PRESET].pattern_runs,
-}
+    name: getattr(PRESETS[DEFAULT_PRESET].rules, name)
+    for name in ("tail_threshold", "neighbour_threshold", "ban_adjacent_repeats",
+                 "hold_shifted_repeats", "pattern_runs")
+}  # fmt: skip
 RULES_OFF: dict[str, Any] = {"tail_threshold": 1.0, "neighbour_threshold": 0.0,
                              "ban_adjacent_repeats": False, "hold_shifted_repeats": False,
                              "pattern_runs": False}  # fmt: skip
@@ -81,12 +79,10 @@ DOC_SETS = (  # results key, title: the two ways whole documents are holed
 def sampler_grid() -> dict[str, SamplerConfig]:
     """The configurations compared at batch 1: every one sets the ``RULES`` fields as the
     presets do; two rows turn them off."""
-    even = SamplerConfig(commit_rule="even", block_length=BLOCK, steps_per_block=BLOCK, **RULES)
-    exact = {"even-1/step": even}
+    base = SamplerConfig(cache="none", block_length=BLOCK, rules=CommitRules(**RULES))  # exact
+    exact = {"even-1/step": base.replace(commit_rule="even", steps_per_block=BLOCK)}
     for tau in TAUS:
-        exact[f"threshold-{tau}"] = SamplerConfig(
-            commit_rule="threshold", threshold=tau, block_length=BLOCK, **RULES
-        )
+        exact[f"threshold-{tau}"] = base.replace(commit_rule="threshold", threshold=tau)
     exact[BUDGETED] = exact["threshold-0.1"].replace(threshold=BUDGET[0], error_budget=BUDGET[1])
     for name, (tau, bar) in ((ANCHORED, ANCHOR), (FAST, FAST_ANCHOR)):
         exact[name] = exact["threshold-0.1"].replace(
@@ -135,10 +131,7 @@ def drafting_cases(
     """Whole test documents holed as a drafting template is (``evaluate.sample_case``: every
     sentence, choice and JSON value and every later mention of an entity shown outside them;
     numbers, dates and a name where it stands alone locked), those with ``holes`` or more
-    holes. Unlike document_cases, their entities can be copied, as in the drafts people make.
-    (The reports in bench/sampler ran before session 23, when a name first shown inside a
-    sentence was holed everywhere and a sentence opening with a repeated name was left
-    locked after it.)"""
+    holes. Unlike document_cases, their entities can be copied, as in the drafts people make."""
     from research.corpus import document_at
     from research.evaluate import sample_case
 

@@ -11,7 +11,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "stencil.settings")
 
 app = Celery("stencil")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["gpu_worker", "audit"])
+app.autodiscover_tasks(["gpu_worker", "audit", "research"])
 
 
 @app.on_after_configure.connect

@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "drafting",
     "audit",
+    "corpora",
 ]
 
 MIDDLEWARE = [
@@ -137,11 +138,14 @@ CELERY_TASK_SOFT_TIME_LIMIT = envint("STENCIL_TASK_SOFT_TIME_LIMIT", "300")
 CELERY_TASK_TIME_LIMIT = envint("STENCIL_TASK_TIME_LIMIT", "360")
 # Queue names carry an optional prefix so several deployments (or test runs) share a broker.
 QUEUE_PREFIX = os.getenv("STENCIL_QUEUE_PREFIX", "")
-QUEUE_DENOISE, QUEUE_AUDIT = (f"{QUEUE_PREFIX}{q}" for q in ("denoise", "audit"))
+QUEUE_DENOISE, QUEUE_AUDIT, QUEUE_TRAIN = (
+    f"{QUEUE_PREFIX}{q}" for q in ("denoise", "audit", "train")
+)
 CELERY_TASK_DEFAULT_QUEUE = QUEUE_DENOISE
 CELERY_TASK_ROUTES = {
     "gpu_worker.tasks.run_infill": {"queue": QUEUE_DENOISE},
     "audit.tasks.run_replay": {"queue": QUEUE_AUDIT},
+    "research.tasks.finetune_run": {"queue": QUEUE_TRAIN},  # its own workers (docs/teach-stencil.md)
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
@@ -184,6 +188,18 @@ STENCIL_SHADOW_SHARE = envfloat("STENCIL_SHADOW_SHARE", "0.0")
 STENCIL_FAULT_INJECTION = envlist("STENCIL_FAULT_INJECTION", "")
 if STENCIL_FAULT_INJECTION and not DEBUG:
     raise RuntimeError("STENCIL_FAULT_INJECTION is for tests; it cannot be set when DEBUG is off")
+
+# -- Corpora and training (corpora/, research/finetune.py; docs/teach-stencil.md) ------------
+STENCIL_CORPUS_MAX_FILE_BYTES = envint("STENCIL_CORPUS_MAX_FILE_BYTES", str(2 * 1024 * 1024))
+STENCIL_CORPUS_MAX_UPLOAD_BYTES = envint("STENCIL_CORPUS_MAX_UPLOAD_BYTES", str(64 * 1024 * 1024))
+STENCIL_CORPUS_MAX_FILES = envint("STENCIL_CORPUS_MAX_FILES", "20000")  # per upload, zips opened
+# Trained model versions are written here, one directory per training run.
+STENCIL_MODEL_VERSIONS_DIR = Path(
+    os.getenv("STENCIL_MODEL_VERSIONS_DIR", str(VAR_DIR / "model-versions"))
+)
+STENCIL_TRAIN_DIR = Path(os.getenv("STENCIL_TRAIN_DIR", str(VAR_DIR / "train")))  # checkpoints
+STENCIL_TRAIN_LEASE_SECONDS = envint("STENCIL_TRAIN_LEASE_SECONDS", "120")  # renewed every step
+STENCIL_TRAIN_TIME_LIMIT = envint("STENCIL_TRAIN_TIME_LIMIT", str(3 * 3600))  # the task's hard cap
 
 # -- Audit ---------------------------------------------------------------------------------
 # Missing audit keys are generated into VAR_DIR/audit in development; in production (DEBUG

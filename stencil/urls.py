@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from corpora.urls import api_urlpatterns as corpora_api_urlpatterns
 from drafting import api
 from drafting import metrics as _metrics  # registers Stencil's metrics
 from drafting.urls import api_urlpatterns
@@ -76,6 +77,8 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("api/openapi.json", api.openapi_document, name="openapi"),
     path("api/v1/", include(api_urlpatterns)),
+    path("api/v1/", include(corpora_api_urlpatterns)),
+    path("corpora/", include("corpora.urls")),
     path("", include("drafting.urls")),
 ]
 

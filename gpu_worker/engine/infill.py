@@ -107,7 +107,7 @@ def infill_batch(
                 max_len=model_int(network, "max_len"),
                 vocab_size=model_vocab_size(loaded),
             )
-            configs.add(config or config_from_request(canvas.sampler))
+            configs.add(loaded.fit_config(config or config_from_request(canvas.sampler)))
         except ValueError as exc:
             outcomes.append(exc)
             continue

@@ -127,7 +127,7 @@ def _check_tokens(
 
 def _check_hole(name: str, spec: dict[str, Any], text: str) -> list[Violation]:
     constraint = spec.get("constraint") or {}
-    if not constraint and not text.strip():
+    if not constraint and text == "":
         return [Violation(EMPTY_HOLE, name, "the model wrote nothing here")]
     if "pattern" in constraint:
         pattern = constraint["pattern"]

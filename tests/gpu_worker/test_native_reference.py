@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from gpu_worker.engine.backends import load_backend
 from gpu_worker.engine.canvas import parse_canvas
-from gpu_worker.engine.config import SamplerConfig
+from gpu_worker.engine.config import CommitRules, SamplerConfig
 from gpu_worker.engine.loaded import LoadedModel
 from gpu_worker.engine.native.transformer import NativeTransformer
 from gpu_worker.engine.sampler import denoise
@@ -102,6 +102,8 @@ def _even_order(loaded: LoadedModel, prompt: str, gen_length: int, steps: int, b
     config = SamplerConfig(
         commit_rule="even", block_length=block_length, steps_per_block=steps * block_length // gen_length,
         cache="none", temperature=0.0, stop_on_eos=False,
+        rules=CommitRules(ban_adjacent_repeats=False, neighbour_threshold=0.0,
+                          hold_shifted_repeats=False, pattern_runs=False),
     )  # fmt: skip
     order: list[list[int]] = []
     result = denoise(network, canvas, config, torch.Generator().manual_seed(0),

@@ -99,7 +99,7 @@ def test_an_empty_free_hole_is_a_violation(
     tokenizer: StencilTokenizer, model: StencilTransformer
 ) -> None:
     canvas, ids = filled(tokenizer, model)
-    texts = {**canvas.hole_texts(ids, tokenizer), "name": " "}
+    texts = {**canvas.hole_texts(ids, tokenizer), "name": ""}
     found = validate(canvas, ids, tokenizer, hole_texts=texts)
     assert (EMPTY_HOLE, "name") in {(v.name, v.hole) for v in found}
     assert EMPTY_HOLE not in names(validate(canvas, ids, tokenizer))

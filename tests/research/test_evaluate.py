@@ -369,7 +369,7 @@ def test_threshold_study_pairs_each_config_with_even_on_the_same_cases(
     assert configs((0.2,))["threshold-0.2"].threshold == 0.2
     with_bar = configs((0.2,), bars=(0.0,))
     assert list(with_bar) == [BASE, "threshold-0.2", "threshold-0.2 (neighbour bar 0.0)"]
-    assert with_bar["threshold-0.2"].neighbour_threshold == RULES["neighbour_threshold"] > 0
+    assert with_bar["threshold-0.2"].rules.neighbour_threshold == RULES["neighbour_threshold"] > 0
     assert with_bar["threshold-0.2 (neighbour bar 0.0)"] == with_bar["threshold-0.2"].replace(
         neighbour_threshold=0.0)  # fmt: skip
 
@@ -398,7 +398,7 @@ def test_the_bench_measures_the_fast_preset_and_the_preset_study_its_former_sett
     assert FAST + "+delayed/once" in DOC_CONFIGS
     chosen = candidates()
     assert next(iter(chosen.values())) == BASELINE != PRESETS["fast"]
-    assert BASELINE.threshold == 0.7 and not BASELINE.anchored
+    assert BASELINE.threshold == 0.7 and not BASELINE.rules.anchored
     now = [name for name, config in chosen.items() if config == PRESETS["fast"]]
     assert len(now) == 1  # the study holds the preset now, and the table marks it
     run = {"exact_match": 0.5, "forward_passes": 2.0, "tokens_per_forward": 2.0,
@@ -447,7 +447,7 @@ def test_the_pattern_runs_study_marks_the_presets_and_gives_each_its_wall_ratio(
     from gpu_worker.engine.config import PRESETS
 
     chosen = candidates()
-    assert {c.pattern_runs for c in chosen.values()} == {True, False}
+    assert {c.rules.pattern_runs for c in chosen.values()} == {True, False}
     now = [name for name, config in chosen.items() if config in PRESETS.values()]
     assert len(now) == 2  # both threshold presets, as they are now, are in the study
     routes = {name: {"exact_match": 0.5, "validity": 1.0, "forward_passes": 2.0,

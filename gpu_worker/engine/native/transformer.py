@@ -11,7 +11,8 @@ here, so the sampler reads position i from logits[i] for every backend.
 
 It offers the sampler the contract of :class:`~gpu_worker.engine.model.StencilTransformer`:
 ``model(ids, attention_mask) -> logits [B, L, V]`` and ``forward_window`` with a
-:class:`~gpu_worker.engine.model.KVCache`, so the dual and delayed caches run on it.
+:class:`~gpu_worker.engine.model.KVCache`, so the Stencil transformer's forward caches
+(:mod:`gpu_worker.engine.model_cache`, the sampler's ForwardCache protocol) run on it.
 
 Shapes: B batch, L sequence, W window, H query heads, Hkv key/value heads, D head dim,
 C model width, F feed-forward width, V embedding rows.
@@ -25,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gpu_worker.engine import model_cache
 from gpu_worker.engine.model import KVCache
 
 
@@ -266,6 +268,11 @@ class NativeTransformer(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def forward_cache(self, mode: str) -> model_cache.ExactForward | model_cache.DualCache:
+        """The sampler's forward passes over this network for one batch ("none", "dual" or
+        "delayed"): the Stencil transformer's, which need only ``forward_window``."""
+        return model_cache.for_mode(self, mode)
 
     # -- internals ----------------------------------------------------------------------------
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
