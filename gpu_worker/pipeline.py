@@ -4,151 +4,56 @@ Called by the Celery task (gpu_worker/tasks.py) with a job id. The job row is th
 claim is a conditional update (:mod:`gpu_worker.claims`), a redelivered message finds nothing
 to do, and a result is written only by the worker that holds the current claim.
 
-One job's story (:func:`job_run`): claim it and the compatible queued jobs it can batch
-with; route each; run the diffusion ones' first attempt as one denoising batch; then, per
-job, attempts in order (retries with escalation, then the other route's fallback) through
-the engine's one entry point (``gpu_worker.engine.run``), each recorded as a run record
-(audit) with its context built once (:func:`_run_context`); validation decides whether the
-job succeeds or goes on. Anything that crashes ends its jobs FAILED with the reason.
+One job's story (:func:`job_run`): claim it and the queued or orphaned jobs with its sampler
+config that it can batch with; route each; run the diffusion ones' first attempt as one
+denoising batch; then, per job, attempts in order (retries with escalation, then the other
+route's fallback) through the engine's one entry point (``gpu_worker.engine.run``), each
+recorded as a run record (audit) with its context built once (:func:`_run_context`);
+validation decides whether the job succeeds or goes on.
+
+Every step after the first claim runs inside the error guard (:func:`_end_crashed`), for every
+job the run holds: a lost database connection gives the job back to the queue for another
+delivery; anything else (a bug, an exhausted soft time limit) ends it FAILED with the reason;
+when even that cannot be written, the job's lease runs out and the sweeper sends it again.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from drafting import metrics
 from drafting.models import InfillJob
 from drafting.router import RouteDecision, route_choose
-from drafting.services import draft_apply_job_result
-from gpu_worker.claims import Claim, claim_batch_mates, job_claim, job_finish, lease
+from drafting.services import draft_apply_job_result, job_dispatch
+from gpu_worker.claims import Claim, claim_batch_mates, holds, job_claim, job_finish, job_release
 from gpu_worker.engine.outcome import AR, DIFFUSION
+from gpu_worker.progress import CancelPoll, Held, Progress, fault_stall
 
 if TYPE_CHECKING:  # the engine (and torch) load with the first job, not with the web app
     import torch
 
     from audit.runbody import RunContext
     from gpu_worker.engine.loaded import LoadedModel
-    from gpu_worker.engine.outcome import Hooks, Outcome
+    from gpu_worker.engine.outcome import Outcome
 
 log = logging.getLogger(__name__)
-PROGRESS_MIN_INTERVAL_S = 0.2  # at most five progress writes a second per job
-CANCEL_POLL_TTL_S = 0.005  # a batch's cancel flags are read once per step (see _CancelPoll)
-
-
-class _Progress:
-    """Sampler hooks of one attempt: progress rows, lease renewal, cancellation, snapshots.
-
-    The diffusion route calls ``on_step`` then ``on_snapshot`` for every step, so the row is
-    written from ``on_snapshot`` with that step's texts; the AR route has no snapshots and
-    writes from ``on_step``. Writes are throttled to PROGRESS_MIN_INTERVAL_S.
-    """
-
-    def __init__(self, job: InfillJob, delivery: int, attempt: int, max_steps: int, *,
-                 with_texts: bool, quiet: bool = False) -> None:  # fmt: skip
-        from audit.services import diagnostics_wanted
-
-        self.job, self.delivery, self.attempt = job, delivery, attempt
-        self.max_steps, self.with_texts, self.quiet = max_steps, with_texts, quiet
-        self.positions = sum(
-            int(s.get("max_tokens", 0)) for s in job.request.get("segments", []) if "hole" in s
-        )
-        self.entry: dict[str, Any] = {}
-        self.texts: dict[str, dict[str, str]] = {}
-        self.last_write = 0.0
-        self.started = time.monotonic()
-        self.first_stable_seen = False
-        # Raw intermediate drafts, kept (encrypted by audit) only for runs diagnostics samples.
-        self.keep_snapshots = diagnostics_wanted(correlation_id=str(job.pk))
-        self.snapshots: list[str] = []
-
-    def on_step(self, entry: dict[str, Any]) -> None:
-        self.entry = entry
-        if not self.with_texts:
-            self._write()
-
-    def on_snapshot(self, step: int, provisional: dict[str, str], stable: dict[str, str]) -> None:
-        self.texts = {name: {"stable": stable.get(name, ""), "provisional": text}
-                      for name, text in provisional.items()}  # fmt: skip
-        if not self.first_stable_seen and any(stable.values()):
-            self.first_stable_seen = True
-            metrics.TIME_TO_FIRST_STABLE.observe(time.monotonic() - self.started)
-        if self.keep_snapshots:
-            self.snapshots.append(json.dumps({"step": step, "holes": provisional}, sort_keys=True))
-        self._write()
-
-    def _write(self) -> None:
-        now = time.monotonic()
-        if self.quiet or now - self.last_write < PROGRESS_MIN_INTERVAL_S:
-            return
-        self.last_write = now
-        snapshot = _progress_snapshot({**self.entry, "holes": self.texts}, self.attempt,
-                                      self.positions)  # fmt: skip
-        snapshot["max_steps"] = self.max_steps
-        InfillJob.objects.filter(pk=self.job.pk, delivery_count=self.delivery).update(
-            progress=snapshot, lease_expires=timezone.now() + lease()
-        )
-
-    def should_stop(self) -> bool:
-        return InfillJob.objects.filter(pk=self.job.pk, cancel_requested=True).exists()
-
-    def hooks(self, should_stop: Callable[[], bool] | None = None) -> Hooks:
-        """The engine's hooks for this attempt (``should_stop`` replaces the per-job poll)."""
-        from gpu_worker.engine.outcome import Hooks
-
-        return Hooks(on_step=self.on_step, should_stop=should_stop or self.should_stop,
-                     on_snapshot=self.on_snapshot)  # fmt: skip
-
-
-class _CancelPoll:
-    """Cancellation flags of a batch's jobs: one query per denoising step, not one per row.
-
-    The sampler asks every active row at the start of a step, within microseconds; answers
-    younger than CANCEL_POLL_TTL_S (far shorter than a step) are reused, so a cancel is
-    still seen at the next step.
-    """
-
-    def __init__(self, job_ids: list[Any]) -> None:
-        self.job_ids = job_ids
-        self.flags: set[Any] = set()
-        self.read_at = -1.0
-
-    def requested(self, job_id: Any) -> bool:
-        now = time.monotonic()
-        if now - self.read_at > CANCEL_POLL_TTL_S:
-            self.flags = set(InfillJob.objects.filter(pk__in=self.job_ids, cancel_requested=True)
-                             .values_list("pk", flat=True))  # fmt: skip
-            self.read_at = now
-        return job_id in self.flags
-
-
-def _progress_snapshot(entry: dict[str, Any], attempt: int, positions: int) -> dict[str, Any]:
-    """What the progress view shows; ``entry`` is the sampler's trace entry for the step."""
-    masked_left = int(entry.get("masked_left", 0))
-    holes = entry.get("holes") or {}
-    return {
-        "attempt": attempt,
-        "step": int(entry.get("step", 0)) + 1,
-        "committed": positions - masked_left,
-        "positions": positions,
-        "holes": {
-            name: {"stable": h.get("stable", ""), "provisional": h.get("provisional", "")}
-            for name, h in holes.items()
-        },
-        "updated": timezone.now().isoformat(),
-    }
+# What job_run says of a job besides its final states:
+SKIPPED = "skipped"  # nothing to do: already final, cancelled, unknown, or at its cap
+REQUEUED = "requeued"  # given back to the queue after a fault that was not the job's
+LOST = "lost"  # another worker holds the job now (this worker's lease had run out)
+ABANDONED = "abandoned"  # its end could not be written: it is sent again once its lease runs out
+TRANSIENT_ERRORS = (OperationalError, InterfaceError)  # the database went away, not the job
 
 
 def derive_seed(seed: int, attempt: int) -> int:
@@ -173,69 +78,130 @@ def escalate(config: dict[str, Any], attempt: int) -> dict[str, Any]:
 
 
 def job_run(*, job_id: str, worker: str) -> str:
-    """Run one job (and the compatible queued jobs it batches) to a final state.
+    """Run one job (and the jobs it batches) until each is final, given back, or lost.
 
-    Returns the state of ``job_id``'s job, or "skipped" when there was nothing to do.
+    Returns what became of ``job_id``'s job: a final state or one of the names above.
     """
     claim = job_claim(job_id=job_id, worker=worker)
     if claim is None:
-        return "skipped"
-    claims = [claim, *claim_batch_mates(claim, worker)]
+        return SKIPPED
+    held = Held(claim)
     try:
-        decisions, first = _route_and_batch(claims)
-    except Exception as exc:  # as in _run_guarded, for every job the batch claimed
-        for c in claims:
-            _observe_end(c.job, _crashed(c, exc))
-        return InfillJob.State.FAILED
-    states = [_run_guarded(c, decisions[c.job.pk], first.get(c.job.pk)) for c in claims]
+        for mate in claim_batch_mates(claim, worker):
+            held.add(mate)
+        fault_stall(held)
+        decisions, first = _route_and_batch(held)
+    except Exception as exc:  # as in _run_guarded, for every job the run holds
+        dropped = _session_dropped(exc)
+        states = []
+        for c in held.all():
+            states.append(_end_crashed(c, exc, begun=held.began(c), dropped=dropped))
+            held.drop(c)
+            if states[-1] in InfillJob.FINAL_STATES:
+                metrics.END_TO_END.labels(state=states[-1]).observe(_age(c.job))
+        return states[0]
+    states = [_run_guarded(c, held, decisions[c.job.pk], first.get(c.job.pk))
+              for c in held.all()]  # fmt: skip
     return states[0]
 
 
-def _route_and_batch(claims: list[Claim]) -> tuple[dict[Any, RouteDecision], dict[Any, _Batched]]:
+def _route_and_batch(held: Held) -> tuple[dict[Any, RouteDecision], dict[Any, _Batched]]:
     """Route every claimed job; run the diffusion ones' first attempt as one batch."""
-    decisions = {c.job.pk: _route(c.job) for c in claims}
+    claims = held.all()
+    decisions = {c.job.pk: _route(c) for c in claims}
     batched = [c for c in claims if decisions[c.job.pk].route == DIFFUSION]
-    first = _first_attempt_batched(batched) if len(batched) > 1 else {}
+    first = _first_attempt_batched(batched, held) if len(batched) > 1 else {}
     return decisions, first
 
 
-def _route(job: InfillJob) -> RouteDecision:
+def _route(claim: Claim) -> RouteDecision:
+    job = claim.job
     decision = route_choose(job=job)
     job.route, job.route_reason = decision.route, decision.as_json()
-    InfillJob.objects.filter(pk=job.pk).update(route=job.route, route_reason=job.route_reason)
+    InfillJob.objects.filter(claim.mine()).update(route=job.route, route_reason=job.route_reason)
     return decision
 
 
-def _run_guarded(claim: Claim, decision: RouteDecision, first: _Batched | None) -> str:
+def _run_guarded(claim: Claim, held: Held, decision: RouteDecision, first: _Batched | None) -> str:
     job = claim.job
-    metrics.QUEUE_WAIT.observe(((job.started or timezone.now()) - job.created).total_seconds())
+    metrics.QUEUE_WAIT.observe(((job.started or job.created) - job.created).total_seconds())
     started = time.monotonic()
     try:
-        state = _run_claimed(job, claim.delivery, decision, first)
+        state = _run_claimed(claim, held, decision, first)
     except Exception as exc:  # a bug, a lost database, an exhausted soft time limit
-        state = _crashed(claim, exc)
-    _observe_end(job, state)
-    metrics.JOB_SECONDS.labels(route=job.route).inc(time.monotonic() - started)
+        state = _end_crashed(claim, exc, begun=held.began(claim), dropped=_session_dropped(exc))
+    finally:
+        held.drop(claim)
+    if state in InfillJob.FINAL_STATES:
+        metrics.END_TO_END.labels(state=state).observe(_age(job))
+    # The batch's first attempt is shared: each of its jobs is charged its part of the batch.
+    shared = first.seconds if first is not None else 0.0
+    metrics.JOB_SECONDS.labels(route=job.route).inc(time.monotonic() - started + shared)
     return state
 
 
-def _crashed(claim: Claim, exc: Exception) -> str:
-    """End a claimed job that crashed as FAILED, with the reason a person can read."""
-    job = claim.job
-    log.exception("job %s crashed", job.pk)
-    name = type(exc).__name__
-    reason = f"the worker stopped on an internal error ({name}: {exc})"
-    if name == "SoftTimeLimitExceeded":
-        reason = f"the job ran past its time limit of {settings.CELERY_TASK_SOFT_TIME_LIMIT}s"
-    if not connection.in_atomic_block:  # a lost connection is dropped; the next query reconnects
-        connection.close_if_unusable_or_obsolete()
-    job_finish(job, claim.delivery, state=InfillJob.State.FAILED, reasons=[reason])
-    metrics.JOB_FAILURES.labels(reason=name).inc()
-    return InfillJob.State.FAILED
+def _age(job: InfillJob) -> float:
+    return (timezone.now() - job.created).total_seconds()
 
 
-def _observe_end(job: InfillJob, state: str) -> None:
-    metrics.END_TO_END.labels(state=state).observe((timezone.now() - job.created).total_seconds())
+def _end_crashed(claim: Claim, exc: Exception, *, begun: bool, dropped: bool) -> str:
+    """The error guard's end for a held job: given back on a database fault, else FAILED.
+
+    When the database dropped the session itself (``dropped``, see :func:`_session_dropped`),
+    the job is not what failed, and a delivery whose work had begun is not counted against its
+    cap; a database error on a live connection (a deadlock, a timeout, a limit the job's data
+    reached) still counts.
+    """
+    job, name = claim.job, type(exc).__name__
+    try:
+        if isinstance(exc, TRANSIENT_ERRORS):
+            log.warning("job %s: database error (%s: %s); giving it back to the queue",
+                        job.pk, name, exc)  # fmt: skip
+            return _requeue(claim, name, refund=dropped and begun)
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()
+        log.error("job %s crashed", job.pk, exc_info=exc)
+        reason = f"the worker stopped on an internal error ({name}: {exc})"
+        if name == "SoftTimeLimitExceeded":
+            reason = f"the job ran past its time limit of {settings.CELERY_TASK_SOFT_TIME_LIMIT}s"
+        if not job_finish(job, claim.token, state=InfillJob.State.FAILED, reasons=[reason]):
+            return LOST
+        metrics.JOB_FAILURES.labels(reason=name).inc()
+        return InfillJob.State.FAILED
+    except DatabaseError as again:  # the database is still away: the lease runs out instead
+        log.warning("job %s: its end could not be written (%s); the sweeper sends it again "
+                    "when its lease runs out", job.pk, again)  # fmt: skip
+        return ABANDONED
+
+
+def _session_dropped(exc: Exception) -> bool:
+    """Whether ``exc`` came with the loss of this process's database session (a restart, a
+    failover, a terminated backend: the connection is unusable afterwards). A dead connection
+    is dropped here, so the next query reconnects."""
+    if not isinstance(exc, TRANSIENT_ERRORS):
+        return False
+    if isinstance(exc, InterfaceError) or connection.connection is None:
+        return True
+    if connection.in_atomic_block:
+        return False  # the transaction's owner rolls back first; the connection is not ours
+    try:
+        if connection.is_usable():
+            return False
+        connection.close()
+    except DatabaseError:
+        pass
+    return True
+
+
+def _requeue(claim: Claim, cause: str, *, refund: bool) -> str:
+    state = job_release(claim, refund=refund)
+    if state is None:
+        return LOST
+    if state == InfillJob.State.QUEUED:
+        metrics.REQUEUED.labels(reason=cause).inc()
+        job_dispatch(job_id=str(claim.job.pk))  # when the broker is away too, the sweeper sends it
+        return REQUEUED
+    return state
 
 
 @dataclass
@@ -246,9 +212,10 @@ class _Batched:
     error: str | None
     batch: list[str]
     snapshots: list[str]
+    seconds: float  # this job's share of the batch's wall time
 
 
-def _first_attempt_batched(claims: list[Claim]) -> dict[Any, _Batched]:
+def _first_attempt_batched(claims: list[Claim], held: Held) -> dict[Any, _Batched]:
     """One denoising batch for the first attempt of several jobs with one config."""
     from gpu_worker.engine.config import SamplerConfig
     from gpu_worker.engine.run import run_batch
@@ -256,29 +223,34 @@ def _first_attempt_batched(claims: list[Claim]) -> dict[Any, _Batched]:
 
     device = choose_device(settings.STENCIL_DEVICE)
     loaded = model_get(_model_dir(DIFFUSION), device=device)
+    claims = [c for c in claims if held.begin(c)]  # the work of each begins now (the cap)
+    if not claims:
+        return {}
+    started = time.monotonic()
     config = claims[0].job.config
-    progress = [_Progress(c.job, c.delivery, 0, int(config["max_steps"]), with_texts=True)
-                for c in claims]  # fmt: skip
-    cancelled = _CancelPoll([c.job.pk for c in claims])
+    progress = [Progress(c, held, 0, int(config["max_steps"]), with_texts=True) for c in claims]
+    cancelled = CancelPoll([c.job.pk for c in claims])
     hooks = [p.hooks(should_stop=functools.partial(cancelled.requested, c.job.pk))
              for p, c in zip(progress, claims, strict=True)]  # fmt: skip
     results = run_batch(
         DIFFUSION, loaded, [{**c.job.request, "seed": derive_seed(c.job.seed, 0)} for c in claims],
         SamplerConfig.from_json(config), hooks,
     )  # fmt: skip
+    share = (time.monotonic() - started) / len(claims)
     batch = [str(c.job.pk) for c in claims]
     return {
         c.job.pk: _Batched(outcome=None if isinstance(r, ValueError) else r,
                            error=str(r) if isinstance(r, ValueError) else None, batch=batch,
-                           snapshots=p.snapshots)
+                           snapshots=p.snapshots, seconds=share)
         for c, r, p in zip(claims, results, progress, strict=True)
     }  # fmt: skip
 
 
-def _run_claimed(job: InfillJob, delivery: int, decision: RouteDecision,
+def _run_claimed(claim: Claim, held: Held, decision: RouteDecision,
                  first: _Batched | None) -> str:  # fmt: skip
     from gpu_worker.runtime import choose_device, model_get
 
+    job = claim.job
     device = choose_device(settings.STENCIL_DEVICE)
     plans = _attempt_plan(job, decision)
     reasons: list[str] = []
@@ -288,43 +260,47 @@ def _run_claimed(job: InfillJob, delivery: int, decision: RouteDecision,
         batch = [str(job.pk)]
         if attempt == 0 and first is not None:
             if first.outcome is None:
-                return _fail_bad_canvas(job, delivery, str(first.error))
+                return _fail_bad_canvas(claim, str(first.error))
             outcome, batch, snapshots = first.outcome, first.batch, first.snapshots
         else:
-            progress = _Progress(job, delivery, attempt, int(config["max_steps"]),
-                                 with_texts=route == DIFFUSION)  # fmt: skip
+            if not held.begin(claim):
+                return LOST
+            progress = Progress(claim, held, attempt, int(config["max_steps"]),
+                                with_texts=route == DIFFUSION)  # fmt: skip
             ran = _attempt(job, loaded, route, config, seed, progress)
             if isinstance(ran, str):  # the canvas itself is bad: no retry can help
-                return _fail_bad_canvas(job, delivery, ran)
+                return _fail_bad_canvas(claim, ran)
             outcome, snapshots = ran, progress.snapshots
+        if not holds(claim):  # a worker that lost its claim records nothing
+            return LOST
         context = _run_context(job, attempt, route, seed, loaded, device, decision, batch)
-        run_id = _record_attempt(job, context, outcome, snapshots)
+        run_id = _record_attempt(claim, context, outcome, snapshots)
         if outcome.cancelled:
-            job_finish(job, delivery, state=InfillJob.State.CANCELLED,
-                       reasons=[f"cancelled at step {outcome.steps}"])  # fmt: skip
+            if not job_finish(job, claim.token, state=InfillJob.State.CANCELLED,
+                              reasons=[f"cancelled at step {outcome.steps}"]):  # fmt: skip
+                return LOST
             metrics.CANCELLATIONS.inc()
             return InfillJob.State.CANCELLED
-        InfillJob.objects.filter(pk=job.pk, delivery_count=delivery).update(
-            state=InfillJob.State.VALIDATING
-        )
+        InfillJob.objects.filter(claim.mine()).update(state=InfillJob.State.VALIDATING)
         violations = [*outcome.violations, *_injected_violations(route)]
-        metrics.VALIDATION_SECONDS.observe(outcome.timings.get("validate", 0.0))
-        seconds = outcome.timings.get("denoise", outcome.timings.get("total", 0.0))
-        (metrics.FALLBACK_SECONDS if route != decision.route else
-         metrics.DENOISE_SECONDS.labels(route=route)).observe(seconds)  # fmt: skip
+        _observe_attempt(outcome, route, decision)
         if not violations:
             result = {"holes": outcome.holes, "document": outcome.document, "violations": [],
                       "route": route, "attempt": attempt, "run_id": run_id,
                       "forward_passes": outcome.forward_passes, "steps": outcome.steps,
                       "batch_size": len(batch), "model": loaded.name,
                       "placeholder_model": loaded.placeholder}  # fmt: skip
-            with transaction.atomic():
-                if job_finish(job, delivery, state=InfillJob.State.SUCCEEDED, result=result):
+            with transaction.atomic():  # the result and the draft's revision, or neither
+                written = job_finish(job, claim.token, state=InfillJob.State.SUCCEEDED,
+                                     result=result)  # fmt: skip
+                if written:
                     draft_apply_job_result(job=job)
+            if not written:
+                return LOST
             if attempt:
                 metrics.RETRIES.labels(outcome="recovered").inc()
             if decision.shadow and attempt == 0:
-                _run_shadow(job, delivery, decision, outcome, device)
+                _run_shadow(claim, held, decision, outcome, device)
             return InfillJob.State.SUCCEEDED
         for v in violations:
             metrics.VALIDATION_FAILURES.labels(reason=str(v.get("name", "unknown"))).inc()
@@ -343,22 +319,43 @@ def _run_claimed(job: InfillJob, delivery: int, decision: RouteDecision,
                 _open_incident(job, run_id, "fallback", f"falling back from {route} to {nxt}")
             else:
                 metrics.RETRIES.labels(outcome="retry").inc()
-    job_finish(job, delivery, state=InfillJob.State.FAILED, reasons=reasons)
+    if not job_finish(job, claim.token, state=InfillJob.State.FAILED, reasons=reasons):
+        return LOST
     return InfillJob.State.FAILED
 
 
-def _run_shadow(job: InfillJob, delivery: int, decision: RouteDecision, primary: Outcome,
+def _observe_attempt(outcome: Outcome, route: str, decision: RouteDecision) -> None:
+    metrics.CANVAS_ENCODE.observe(outcome.timings.get("encode", 0.0))
+    metrics.VALIDATION_SECONDS.observe(outcome.timings.get("validate", 0.0))
+    seconds = outcome.timings.get("denoise", outcome.timings.get("total", 0.0))
+    (metrics.FALLBACK_SECONDS if route != decision.route else
+     metrics.DENOISE_SECONDS.labels(route=route)).observe(seconds)  # fmt: skip
+
+
+def _run_shadow(claim: Claim, held: Held, decision: RouteDecision, primary: Outcome,
                 device: torch.device) -> None:  # fmt: skip
-    """Run the other route on the same request for comparison; the person never sees it."""
+    """Run the other route on the same request for comparison; the person never sees it.
+
+    The job is already final: whatever goes wrong here is logged and changes nothing of it.
+    """
+    try:
+        _shadow(claim, held, decision, primary, device)
+    except Exception:
+        log.exception("job %s: the shadow run failed", claim.job.pk)
+
+
+def _shadow(claim: Claim, held: Held, decision: RouteDecision, primary: Outcome,
+            device: torch.device) -> None:  # fmt: skip
     from audit.services import run_record_create
     from gpu_worker.runtime import model_get
 
+    job = claim.job
     route = str(decision.shadow)
     if not _model_available(route):
         return
     loaded = model_get(_model_dir(route), device=device)
-    progress = _Progress(job, delivery, 0, int(job.config["max_steps"]), with_texts=True,
-                         quiet=True)  # fmt: skip
+    progress = Progress(claim, held, 0, int(job.config["max_steps"]), with_texts=True,
+                        quiet=True)  # fmt: skip
     outcome = _attempt(job, loaded, route, dict(job.config), job.seed, progress)
     if isinstance(outcome, str):
         comparison: dict[str, Any] = {"route": route, "error": outcome}
@@ -385,9 +382,10 @@ def _injected_violations(route: str) -> list[dict[str, str]]:
              "message": f"fault injection: every {route} attempt fails validation"}]  # fmt: skip
 
 
-def _fail_bad_canvas(job: InfillJob, delivery: int, error: str) -> str:
-    job_finish(job, delivery, state=InfillJob.State.FAILED,
-               reasons=[f"the request cannot be run: {error}"])  # fmt: skip
+def _fail_bad_canvas(claim: Claim, error: str) -> str:
+    if not job_finish(claim.job, claim.token, state=InfillJob.State.FAILED,
+                      reasons=[f"the request cannot be run: {error}"]):  # fmt: skip
+        return LOST
     metrics.JOB_FAILURES.labels(reason="bad_canvas").inc()
     return InfillJob.State.FAILED
 
@@ -414,7 +412,7 @@ def _model_available(route: str) -> bool:
 
 
 def _attempt(job: InfillJob, loaded: LoadedModel, route: str, config: dict[str, Any], seed: int,
-             progress: _Progress) -> Outcome | str:  # fmt: skip
+             progress: Progress) -> Outcome | str:  # fmt: skip
     """One attempt through the engine; a request the model cannot run comes back as why."""
     from gpu_worker.engine.config import SamplerConfig
     from gpu_worker.engine.run import run
@@ -440,11 +438,12 @@ def _run_context(job: InfillJob, attempt: int, route: str, seed: int, loaded: Lo
     )  # fmt: skip
 
 
-def _record_attempt(job: InfillJob, context: RunContext, outcome: Outcome,
+def _record_attempt(claim: Claim, context: RunContext, outcome: Outcome,
                     snapshots: list[str]) -> str:  # fmt: skip
     """The attempt's run record, and its line in the job's attempts; returns the run id."""
     from audit.services import run_record_create
 
+    job = claim.job
     run_id = str(run_record_create(context=context, outcome=outcome, snapshots=snapshots).pk)
     job.attempts = [*job.attempts, {
         "attempt": context.attempt, "route": context.route, "seed": context.request["seed"],
@@ -453,7 +452,7 @@ def _record_attempt(job: InfillJob, context: RunContext, outcome: Outcome,
         "seconds": round(float(outcome.timings.get("total", 0.0)), 4),
         "batch": list(context.batch_job_ids),
     }]  # fmt: skip
-    InfillJob.objects.filter(pk=job.pk).update(attempts=job.attempts)
+    InfillJob.objects.filter(claim.mine()).update(attempts=job.attempts)
     return run_id
 
 

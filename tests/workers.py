@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -79,17 +80,22 @@ def worker_env(*, broker_url: str, var_dir: Path, queue_prefix: str,
 
 
 def worker_start(*, name: str, broker_url: str, var_dir: Path, queue_prefix: str,
-                 log_dir: Path, extra_env: dict[str, str] | None = None) -> WorkerProcess:  # fmt: skip
+                 log_dir: Path, extra_env: dict[str, str] | None = None,
+                 repo: Path = REPO) -> WorkerProcess:  # fmt: skip
+    """Start a worker and wait until it is ready; ``repo`` is the checkout whose code it runs."""
     queues = ",".join(f"{queue_prefix}{q}" for q in ("denoise", "ar", "audit"))
+    # Node names are unique on the broker: runs of the suite beside this one share RabbitMQ.
+    name = f"{name}-{uuid.uuid4().hex[:6]}"
     log_path = log_dir / f"{name}.log"
     env = worker_env(broker_url=broker_url, var_dir=var_dir, queue_prefix=queue_prefix,
                      extra=extra_env)  # fmt: skip
+    env["PYTHONPATH"] = str(repo)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "stencil", "worker", "-Q", queues,
              "--concurrency", "1", "--pool", "prefork", "--loglevel", "INFO",
              "--without-gossip", "--without-mingle", "--hostname", f"{name}@%h"],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     worker = WorkerProcess(name=name, broker_url=broker_url, log_path=log_path,
                            process=process, env=env)  # fmt: skip

@@ -79,15 +79,15 @@ def slow_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """Slow each denoising step a little so a person (and a screenshot) can watch it."""
     import time
 
-    from gpu_worker import pipeline as jobs
+    from gpu_worker import progress as jobs
 
-    original = jobs._Progress.on_step
+    original = jobs.Progress.on_step
 
     def on_step(self: Any, info: Any) -> None:
         time.sleep(0.08)
         original(self, info)
 
-    monkeypatch.setattr(jobs._Progress, "on_step", on_step)
+    monkeypatch.setattr(jobs.Progress, "on_step", on_step)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from drafting import services
 from drafting.models import InfillJob
 from drafting.router import route_choose
-from gpu_worker.claims import JobBusy, job_claim
+from gpu_worker.claims import JobBusy, job_claim, work_begin
 from gpu_worker.pipeline import derive_seed, escalate
 
 REQUEST = {"segments": [{"text": "Dear "}, {"hole": "name", "max_tokens": 6}, {"text": ",\n"}]}
@@ -28,8 +28,9 @@ def job(db: Any, user: Any, django_capture_on_commit_callbacks: Any) -> InfillJo
 
 def test_first_claim_takes_a_queued_job_and_a_second_delivery_is_busy(job: InfillJob) -> None:
     claim = job_claim(job_id=str(job.id), worker="w1")
-    assert claim is not None and claim.delivery == 1
+    assert claim is not None and claim.token == claim.job.started
     assert claim.job.state == InfillJob.State.RUNNING
+    assert claim.job.delivery_count == 0  # counted once its work begins
     with pytest.raises(JobBusy):
         job_claim(job_id=str(job.id), worker="w2")
 
@@ -39,25 +40,41 @@ def test_a_final_job_is_not_claimed_again(job: InfillJob) -> None:
     assert job_claim(job_id=str(job.id), worker="w1") is None
 
 
-def test_an_expired_lease_is_reclaimed_with_a_new_delivery_number(job: InfillJob) -> None:
-    job_claim(job_id=str(job.id), worker="w1")
+def test_an_expired_lease_is_reclaimed_with_a_new_token(job: InfillJob) -> None:
+    first = job_claim(job_id=str(job.id), worker="w1")
     InfillJob.objects.filter(pk=job.pk).update(lease_expires=timezone.now() - timedelta(seconds=1))
     claim = job_claim(job_id=str(job.id), worker="w2")
-    assert claim is not None and claim.delivery == 2 and claim.job.worker == "w2"
+    assert first is not None and claim is not None and claim.job.worker == "w2"
+    assert claim.token != first.token
+    assert not work_begin(first)  # the first worker's writes no longer land
+    assert work_begin(claim)
+
+
+def _lose(job: InfillJob) -> None:
+    InfillJob.objects.filter(pk=job.pk).update(lease_expires=timezone.now() - timedelta(seconds=1))
 
 
 def test_poison_job_fails_with_its_reason_at_the_delivery_cap(job: InfillJob, settings: Any
                                                                ) -> None:  # fmt: skip
     settings.STENCIL_MAX_DELIVERIES = 2
     for _ in range(2):
-        job_claim(job_id=str(job.id), worker="w")
-        InfillJob.objects.filter(pk=job.pk).update(
-            lease_expires=timezone.now() - timedelta(seconds=1)
-        )
+        claim = job_claim(job_id=str(job.id), worker="w")
+        assert claim is not None and work_begin(claim)
+        _lose(job)
     assert job_claim(job_id=str(job.id), worker="w") is None
     job.refresh_from_db()
     assert job.state == InfillJob.State.FAILED
     assert "delivery cap 2" in job.reasons[0]
+
+
+def test_a_delivery_lost_before_its_work_began_does_not_count(job: InfillJob, settings: Any
+                                                               ) -> None:  # fmt: skip
+    settings.STENCIL_MAX_DELIVERIES = 2
+    for _ in range(5):  # claimed and lost five times, its work never begun
+        assert job_claim(job_id=str(job.id), worker="w") is not None
+        _lose(job)
+    claim = job_claim(job_id=str(job.id), worker="w")
+    assert claim is not None and claim.job.delivery_count == 0
 
 
 def test_a_job_cancelled_while_queued_is_never_claimed(job: InfillJob) -> None:

@@ -8,7 +8,7 @@ the state a failed worker leaves behind, with no message for it.
 from __future__ import annotations
 
 import json
-import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -28,12 +28,16 @@ SWEEPING = {"STENCIL_SWEEP_SECONDS": "1", "STENCIL_SWEEP_GRACE_SECONDS": "1"}
 
 
 @pytest.fixture(scope="module")
-def _sweeping(amqp_worker: WorkerProcess, start_worker: Any, queue_prefix: str) -> WorkerProcess:
-    """A second worker on the same queues whose timer sweeps every second."""
+def _sweeping(amqp_worker: WorkerProcess, start_worker: Any,
+              queue_prefix: str) -> Iterator[WorkerProcess]:  # fmt: skip
+    """A second worker on the same queues whose timer sweeps every second, stopped when this
+    module ends (its sweeper would otherwise reach the jobs of later tests)."""
     from django.conf import settings
 
-    return start_worker(broker_url=settings.CELERY_BROKER_URL, queue_prefix=queue_prefix,
-                        name=f"sweeping-{uuid.uuid4().hex[:8]}", extra_env=SWEEPING)  # fmt: skip
+    worker = start_worker(broker_url=settings.CELERY_BROKER_URL, queue_prefix=queue_prefix,
+                          name="sweeping", extra_env=SWEEPING)  # fmt: skip
+    yield worker
+    worker.stop()
 
 
 @pytest.fixture
