@@ -13,7 +13,8 @@ from corpora import selectors, services
 from corpora.models import Corpus, CorpusDocument, CorpusImport, ModelVersion, TrainingRun
 from corpora.training import TrainingForm
 from corpora.views import run_for, uploaded_files
-from drafting.api import BadRequest, api_endpoint, json_body
+from drafting.api import api_endpoint
+from drafting.api_body import BadRequest, json_body
 from drafting.models import DocumentTemplate
 from drafting.services import UserError
 

@@ -9,16 +9,16 @@ accepts it, and every answer that carries model text says so.
 from __future__ import annotations
 
 import functools
-import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 
 from drafting import checks, docformat, exports, selectors, services
+from drafting.api_body import BadRequest, json_body
 from drafting.auth import AuthError, csrf_failure_reason, user_from_authorization
 from drafting.authoring import user_is_template_author
 from drafting.models import (
@@ -34,18 +34,9 @@ from drafting.templating import TemplateError
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
-MAX_BODY_BYTES = 1_000_000  # 1 MB: larger request bodies are refused before they are read
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 
 ApiView = Callable[..., HttpResponse]
-
-
-class BadRequest(Exception):
-    """A request the API cannot read: the message says what to send instead."""
-
-    def __init__(self, message: str, *, errors: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.errors = errors or {}
 
 
 def error_response(
@@ -115,58 +106,6 @@ def _translate_errors(view: ApiView, request: HttpRequest, *args: Any, **kwargs:
         response = error_response(str(exc), status=429)
         response["Retry-After"] = str(exc.retry_after)
         return response
-
-
-def json_body(
-    request: HttpRequest, *, allowed: Collection[str], required: Collection[str] = ()
-) -> dict[str, Any]:
-    """The request's JSON object, refusing big bodies, non-objects and unknown fields."""
-    try:
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError as exc:
-        raise BadRequest("the Content-Length header is not a number") from exc
-    if length > MAX_BODY_BYTES:
-        raise BadRequest(f"the request body is larger than {MAX_BODY_BYTES} bytes")
-    try:
-        raw = request.body
-    except RequestDataTooBig as exc:
-        raise BadRequest(f"the request body is larger than {MAX_BODY_BYTES} bytes") from exc
-    if len(raw) > MAX_BODY_BYTES:
-        raise BadRequest(f"the request body is larger than {MAX_BODY_BYTES} bytes")
-    if not raw.strip():
-        data: Any = {}
-    else:
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            raise BadRequest(f"the body is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise BadRequest("the body must be a JSON object")
-    if _has_nul(data):  # PostgreSQL cannot store U+0000 in text or jsonb
-        raise BadRequest("text may not contain NUL (U+0000) characters")
-    unknown = sorted(set(data) - set(allowed))
-    if unknown:
-        raise BadRequest(
-            f"unknown field(s): {', '.join(unknown)}",
-            errors={name: "not a field of this request" for name in unknown},
-        )
-    missing = sorted(set(required) - set(data))
-    if missing:
-        raise BadRequest(
-            f"missing field(s): {', '.join(missing)}",
-            errors={name: "this field is required" for name in missing},
-        )
-    return data
-
-
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
 
 
 def _typed(data: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> Any:

@@ -7,7 +7,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from drafting import reports
-from drafting.api import _fragment, _typed, api_endpoint, json_body
+from drafting.api import _fragment, _typed, api_endpoint
+from drafting.api_body import json_body
 from drafting.models import ProblemReport
 
 

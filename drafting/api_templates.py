@@ -7,7 +7,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
 from drafting import authoring, selectors
-from drafting.api import BadRequest, _typed, api_endpoint, json_body, template_json
+from drafting.api import _typed, api_endpoint, template_json
+from drafting.api_body import BadRequest, json_body
 from drafting.docformat import DOC_FORMATS
 from drafting.models import DocumentTemplate, TemplateVersion
 

@@ -7,6 +7,7 @@ parser knows them) before anything is written.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,8 @@ from django.db import transaction
 
 from drafting.models import DocumentTemplate, TemplateVersion
 from drafting.templating import ParsedTemplate, TemplateError, parse_template
+
+SLUG_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,78}[a-z0-9])?")
 
 
 @transaction.atomic
@@ -30,6 +33,11 @@ def template_version_create(
                             doc_format=doc_format)  # fmt: skip
     if route_hint not in {"auto", "diffusion", "ar"}:
         raise TemplateError(f"route hint {route_hint!r} is not auto, diffusion or ar")
+    if not isinstance(slug, str) or not SLUG_RE.fullmatch(slug):
+        raise TemplateError(
+            f"slug {slug!r} must be 1-80 lowercase letters, digits and hyphens "
+            "(it names the template in addresses)"
+        )
     template, _ = DocumentTemplate.objects.get_or_create(
         slug=slug, defaults={"title": title, "kind": kind, "description": description}
     )

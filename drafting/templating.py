@@ -214,8 +214,16 @@ def _field_spec(name: Any, options: dict[str, Any]) -> FieldSpec:
         raise TemplateError(f"field {name!r}: choices must be a list of non-empty strings")
     for key in ("max_length", "min_length"):
         value = options.get(key)
-        if value is not None and (not isinstance(value, int) or value < 0):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 0):  # fmt: skip
             raise TemplateError(f"field {name!r}: {key} must be a non-negative integer")
+    for key in ("minimum", "maximum"):
+        value = options.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or value != value):  # fmt: skip
+            raise TemplateError(f"field {name!r}: {key} must be a number, got {value!r}")
+    if "required" in options and not isinstance(options["required"], bool):
+        raise TemplateError(f"field {name!r}: required must be True or False")
     pattern = options.get("pattern")
     if pattern is not None:
         try:

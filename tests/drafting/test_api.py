@@ -241,6 +241,12 @@ def test_failed_job_reasons_are_in_the_answer(token_client: Client, draft: Draft
         ("[" * 100_000, "not valid JSON"),
         ('{"segments": [{"hole": "a", "max_tokens": 8}], "seed": 100000000000000000000}', "seed"),
         ('{"segments": [{"text": "a\\u0000"}, {"hole": "a", "max_tokens": 8}]}', "NUL"),
+        ('{"segments": [{"text": "a\\ud800"}, {"hole": "a", "max_tokens": 8}]}', "lone surrogate"),
+        ('{"segments": [{"text": "\\uffff"}, {"hole": "a", "max_tokens": 8}]}', "noncharacter"),
+        ('{"segments": [{"hole": "a", "max_tokens": 8}], "sampler": ' + "[" * 500 + "]" * 500
+         + "}", "nested deeper"),
+        ('{"segments": [{"hole": "a", "max_tokens": 8}], "sampler": ' + '{"a":' * 900 + "1"
+         + "}" * 900 + "}", "nested deeper"),
     ],
 )
 def test_hostile_canvas_input_is_400_with_a_message(token_client: Client, user: Any,

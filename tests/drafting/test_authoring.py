@@ -73,3 +73,16 @@ def test_the_editor_page_refuses_a_broken_source_and_keeps_it(client: Client, us
     assert "Line 2, column 1:" in html and "if is not allowed" in html
     assert "{% if x %}y{% endif %}" in html  # the typed source is still in the box
     assert client.get("/authoring/").status_code == 200
+
+
+def test_a_template_slug_that_is_not_a_slug_is_refused(db: Any) -> None:
+    import pytest
+
+    from drafting.authoring import template_version_create
+    from drafting.models import DocumentTemplate
+    from drafting.templating import TemplateError
+
+    for slug in ("../etc", "Referral", "a b", "", "x" * 81):
+        with pytest.raises(TemplateError, match="lowercase letters, digits and hyphens"):
+            template_version_create(slug=slug, title="T", kind="letter", source=REFERRAL_SOURCE)
+    assert not DocumentTemplate.objects.exists()

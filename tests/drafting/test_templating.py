@@ -131,3 +131,18 @@ def test_an_error_carries_the_line_and_column_of_its_tag() -> None:
     assert where('Hi {{ field("a") }}\nBye {% infill "b", max_tokens=4 %}x') == (2, 5)
     assert where('Dear\n  {{ field("Bad Name") }}') == (2, 3)
     assert where('{"a": "{{ field("a") }}",\n "b" 1}', "json") == (2, 6)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ("type='integer', minimum='abc'", "minimum must be a number"),
+        ("type='number', maximum=True", "maximum must be a number"),
+        ("max_length=True", "max_length must be a non-negative integer"),
+        ("min_length=-1", "min_length must be a non-negative integer"),
+        ("required='no'", "required must be True or False"),
+    ],
+)
+def test_field_options_of_the_wrong_type_are_refused_at_save(options: str, message: str) -> None:
+    with pytest.raises(TemplateError, match=message):
+        parse_template("Dear {{ field('name', " + options + ") }},")
