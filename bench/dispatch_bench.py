@@ -92,6 +92,7 @@ def main() -> None:
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "stencil.settings")
+    os.environ.setdefault("DEBUG", "True")  # a development tool: development settings
     os.environ["STENCIL_MAX_QUEUED_JOBS_PER_USER"] = "64"
     if args.model:
         os.environ["STENCIL_MODEL_DIR"] = str(args.model.resolve())

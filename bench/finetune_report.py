@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="a paragraph for the report's notes (what ran, what it shows)")
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "stencil.settings")
+    os.environ.setdefault("DEBUG", "True")  # a development tool: development settings
     import django
 
     django.setup()

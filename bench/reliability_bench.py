@@ -64,6 +64,7 @@ class Fault:
 def _setup_django(database_url: str) -> None:
     os.environ["DATABASE_URL"] = database_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "stencil.settings")
+    os.environ.setdefault("DEBUG", "True")  # a development tool: development settings
     import psycopg
 
     name = database_url.rsplit("/", 1)[1]

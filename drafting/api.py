@@ -90,9 +90,9 @@ def _translate_errors(view: ApiView, request: HttpRequest, *args: Any, **kwargs:
     try:
         return view(request, *args, **kwargs)
     except BadRequest as exc:
-        return error_response(str(exc), status=400, errors=exc.errors)
+        return error_response(str(exc), status=exc.status, errors=exc.errors)
     except services.UserError as exc:
-        return error_response(str(exc), status=400, errors=exc.errors)
+        return error_response(str(exc), status=exc.status, errors=exc.errors)
     except TemplateError as exc:
         return JsonResponse({"error": str(exc), "errors": {"source": str(exc)},
                              "line": exc.line, "column": exc.column}, status=400)

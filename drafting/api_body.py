@@ -19,9 +19,11 @@ MAX_BODY_BYTES = 1_000_000  # 1 MB: larger request bodies are refused before the
 class BadRequest(Exception):
     """A request the API cannot read: the message says what to send instead."""
 
-    def __init__(self, message: str, *, errors: dict[str, str] | None = None) -> None:
+    def __init__(self, message: str, *, errors: dict[str, str] | None = None,
+                 status: int = 400) -> None:  # fmt: skip
         super().__init__(message)
         self.errors = errors or {}
+        self.status = status  # 400, or 413 for a body too large to read
 
 
 def json_body(
@@ -33,13 +35,13 @@ def json_body(
     except ValueError as exc:
         raise BadRequest("the Content-Length header is not a number") from exc
     if length > MAX_BODY_BYTES:
-        raise BadRequest(f"the request body is larger than {MAX_BODY_BYTES} bytes")
+        raise BadRequest(f"the request body is larger than {MAX_BODY_BYTES} bytes", status=413)
     try:
         raw = request.body
     except RequestDataTooBig as exc:
-        raise BadRequest(f"the request body is larger than {MAX_BODY_BYTES} bytes") from exc
+        raise BadRequest(f"the request body is larger than {MAX_BODY_BYTES} bytes", status=413) from exc
     if len(raw) > MAX_BODY_BYTES:
-        raise BadRequest(f"the request body is larger than {MAX_BODY_BYTES} bytes")
+        raise BadRequest(f"the request body is larger than {MAX_BODY_BYTES} bytes", status=413)
     if not raw.strip():
         data: Any = {}
     else:

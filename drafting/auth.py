@@ -50,8 +50,10 @@ def api_token_create(*, user: Any, name: str) -> tuple[ApiToken, str]:
     return token, key
 
 
-def api_token_revoke(*, user: Any, token_id: int) -> None:
-    ApiToken.objects.filter(user=user, pk=token_id).delete()
+def api_token_revoke(*, user: Any, token_id: int) -> bool:
+    """Delete one of the user's own tokens; False when they hold no token with that id."""
+    deleted, _ = ApiToken.objects.filter(user=user, pk=token_id).delete()
+    return deleted > 0
 
 
 def api_token_list_for_user(*, user: Any) -> list[ApiToken]:

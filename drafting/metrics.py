@@ -54,6 +54,11 @@ DISPATCH_FAILURES = Counter(
 SWEPT = Counter(
     "stencil_swept_jobs_total", "Jobs the sweeper moved, by what it found", ["found"]
 )
+ADMISSION_REFUSALS = Counter(
+    "stencil_admission_refusals_total",
+    "Infill requests refused by admission control (answered 429), by limit",
+    ["reason"],
+)
 REQUEUED = Counter(
     "stencil_jobs_requeued_total",
     "Jobs a worker gave back to the queue after a fault that was not theirs, by error",

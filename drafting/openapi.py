@@ -23,7 +23,8 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 def _errors(*codes: int) -> dict[str, Any]:
     text = {
-        400: "Bad input: wrong types, unknown fields, invalid values, a body over 1 MB",
+        400: "Bad input: wrong types, unknown fields, invalid values",
+        413: "Too large: a body over 1 MB, or a canvas over STENCIL_MAX_CANVAS_CHARS of text",
         401: "No or invalid credentials",
         403: "CSRF check failed (session writes) or not allowed",
         404: "Absent, or another person's",
@@ -31,7 +32,7 @@ def _errors(*codes: int) -> dict[str, Any]:
         429: "Admission control: too much queued work; see Retry-After",
     }
     responses: dict[str, Any] = {}
-    for code in codes:
+    for code in [*codes, *([413] if 400 in codes else [])]:
         response = _json(_ref("Error"), text[code])
         if code == 429:
             response["headers"] = {
@@ -301,7 +302,7 @@ def openapi_spec() -> dict[str, Any]:
                 {"drafts": {"type": "array", "items": _ref("DraftSummary")}}), "Drafts")),
             "post": _op("Make a draft from a template and field values",
                         _json(_ref("Draft"), "The new draft"), 400, 404, status="201",
-                        body=_object({"template": {"type": "string"}, "values": {"type": "object"},
+                        body=_object({"template": {"type": "string", "minLength": 1}, "values": {"type": "object"},
                                       "title": {"type": "string"}}, ["template"])),
         },
         "/api/v1/drafts/{draft_id}": {

@@ -363,6 +363,11 @@ def canvas_request_check(request: Any) -> dict[str, Any]:
         raise UserError("segments must be a non-empty list")
     names: set[str] = set()
     total_tokens = 0
+    text_chars = sum(len(s["text"]) for s in segments if isinstance(s, dict)
+                     and isinstance(s.get("text"), str))  # fmt: skip
+    if text_chars > settings.STENCIL_MAX_CANVAS_CHARS:
+        raise UserError(f"the canvas holds {text_chars:,} characters of text; the limit is "
+                        f"{settings.STENCIL_MAX_CANVAS_CHARS:,}", status=413)  # fmt: skip
     for i, segment in enumerate(segments):
         if not isinstance(segment, dict):
             raise UserError(f"segment {i} must be an object")
@@ -423,6 +428,14 @@ def _admission_lock() -> None:
 
 
 def _admission_check(*, owner: Any) -> None:
+    try:
+        _admission_limits(owner=owner)
+    except AdmissionError as exc:
+        metrics.ADMISSION_REFUSALS.labels(reason=exc.reason).inc()
+        raise
+
+
+def _admission_limits(*, owner: Any) -> None:
     _admission_lock()
     active = InfillJob.objects.filter(
         state__in=[InfillJob.State.QUEUED, InfillJob.State.RUNNING, InfillJob.State.VALIDATING]
@@ -431,10 +444,11 @@ def _admission_check(*, owner: Any) -> None:
         raise AdmissionError(
             f"you already have {settings.STENCIL_MAX_QUEUED_JOBS_PER_USER} jobs waiting; "
             "try again when one finishes",
-            retry_after=10,
-        )
+            retry_after=10, reason="user_limit",
+        )  # fmt: skip
     if active.count() >= settings.STENCIL_MAX_QUEUED_JOBS:
-        raise AdmissionError("the service is busy; try again shortly", retry_after=30)
+        raise AdmissionError("the service is busy; try again shortly", retry_after=30,
+                             reason="global_limit")  # fmt: skip
 
 
 def infill_job_create(

@@ -230,6 +230,7 @@ def _field_spec(name: Any, options: dict[str, Any]) -> FieldSpec:
             re.compile(pattern)
         except (re.error, TypeError) as exc:
             raise TemplateError(f"field {name!r}: pattern is not a valid regex: {exc}") from exc
+        _sampler_pattern_check(pattern, f"field {name!r}")  # values are matched by its automaton
     display = options.get("format")
     allowed = {"date": DATE_FORMATS, "integer": NUMBER_FORMATS, "number": NUMBER_FORMATS}
     if display is not None and display not in allowed.get(ftype, ()):

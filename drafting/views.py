@@ -466,6 +466,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
-    api_token_revoke(user=request.user, token_id=token_id)
+    if not api_token_revoke(user=request.user, token_id=token_id):
+        raise Http404("You have no token with that number.")
     messages.success(request, "Token revoked.")
     return redirect("drafting:tokens")

@@ -17,11 +17,12 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.getenv("STENCIL_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)  # the embedded defaults (SQLite, broker) live here
 
-DEBUG = envbool("DEBUG", "True")
+DEBUG = envbool("DEBUG", "False")  # development mode only when asked for (scripts/up, scripts/test)
 _DEV_SECRET = "stencil-development-only-secret-key-change-me-0123456789abcdef"
 SECRET_KEY = os.getenv("SECRET_KEY", _DEV_SECRET if DEBUG else "")
 if not SECRET_KEY:
-    raise RuntimeError("SECRET_KEY must be set when DEBUG is off")
+    raise RuntimeError("SECRET_KEY must be set when DEBUG is off "
+                       "(for development on this machine: DEBUG=True)")
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
 SITE_ROOT = os.getenv("SITE_ROOT", "http://localhost:8000")
@@ -181,6 +182,7 @@ STENCIL_MAX_REQUEST_TOKENS = envint("STENCIL_MAX_REQUEST_TOKENS", "1024")
 STENCIL_MAX_REQUEST_STEPS = envint("STENCIL_MAX_REQUEST_STEPS", "512")
 STENCIL_MAX_FIELD_LENGTH = envint("STENCIL_MAX_FIELD_LENGTH", "2000")
 STENCIL_MAX_TEMPLATE_BYTES = envint("STENCIL_MAX_TEMPLATE_BYTES", "65536")
+STENCIL_MAX_CANVAS_CHARS = envint("STENCIL_MAX_CANVAS_CHARS", "65536")  # locked text of a canvas
 STENCIL_PROGRESS_EVERY = envint("STENCIL_PROGRESS_EVERY", "1")  # write progress every k steps
 STENCIL_SHADOW_SHARE = envfloat("STENCIL_SHADOW_SHARE", "0.0")
 # Fault injection for the failure-path tests: "violate:ROUTE" makes every attempt on ROUTE

@@ -51,3 +51,15 @@ def test_production_refuses_to_start_without_a_secret_key() -> None:
     done = _manage("check", env={**env, "DEBUG": "False"})
     assert done.returncode != 0
     assert "SECRET_KEY must be set" in done.stderr
+
+
+def test_debug_is_off_unless_asked_for() -> None:
+    """A process started with neither DEBUG nor SECRET_KEY runs production settings: it refuses
+    to start rather than fall back to the development secret key."""
+    env = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG"}}
+    done = _manage("check", env=env)
+    assert done.returncode != 0
+    assert "SECRET_KEY must be set when DEBUG is off" in done.stderr
+    asked = _manage("shell", "-c", "from django.conf import settings; print(settings.DEBUG)",
+                    env={**env, "DEBUG": "True"})  # fmt: skip
+    assert asked.stdout.strip().splitlines()[-1] == "True", asked.stderr

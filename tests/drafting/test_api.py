@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from prometheus_client import REGISTRY
 
 from drafting.models import Draft, Fragment, InfillJob
 from tests.drafting.helpers import VALUES, fill, job_succeed, provisional_draft
@@ -69,6 +70,16 @@ def test_revoked_token_stops_working(client_in: Client, user: Any, token: str) -
     token_id = user.api_tokens.get().id
     client_in.post(f"/tokens/{token_id}/revoke/")
     assert Client(HTTP_AUTHORIZATION=f"Token {token}").get("/api/v1/drafts").status_code == 401
+
+
+def test_revoking_someone_elses_token_is_a_404_and_keeps_it(user: Any, other_user: Any,
+                                                             token: str) -> None:  # fmt: skip
+    token_id = user.api_tokens.get().id
+    other = Client()
+    other.force_login(other_user)
+    answer = other.post(f"/tokens/{token_id}/revoke/")
+    assert answer.status_code == 404
+    assert Client(HTTP_AUTHORIZATION=f"Token {token}").get("/api/v1/drafts").status_code == 200
 
 
 # -- templates and drafts ---------------------------------------------------------------------
@@ -207,6 +218,11 @@ def test_admission_control_answers_429_with_retry_after(token_client: Client, us
     assert response.status_code == 429
     assert int(response["Retry-After"]) > 0
     assert "waiting" in response.json()["error"]
+    refused = REGISTRY.get_sample_value("stencil_admission_refusals_total",
+                                        {"reason": "user_limit"})  # fmt: skip
+    assert post(token_client, "/api/v1/infill", CANVAS).status_code == 429
+    assert REGISTRY.get_sample_value("stencil_admission_refusals_total",
+                                     {"reason": "user_limit"}) == (refused or 0) + 1  # fmt: skip
 
 
 def test_failed_job_reasons_are_in_the_answer(token_client: Client, draft: Draft) -> None:
@@ -233,6 +249,8 @@ def test_failed_job_reasons_are_in_the_answer(token_client: Client, draft: Draft
          "not a valid JSON Schema"),
         ('{"segments": [{"hole": "a", "max_tokens": 8, "constraint": {"pattern": "("}}]}',
          "not a valid regex"),
+        ('{"segments": [{"hole": "a", "max_tokens": 8, "constraint": {"pattern": '
+         '"((a{100}){100}){100}"}}]}', "nested repeats multiply"),
         ('{"segments": [{"text": "x"}]}', "no hole"),
         ('{"segments": [{"hole": "a", "max_tokens": 8}], "preset": "reckless"}', "preset"),
         ('{"segments": [{"hole": "a", "max_tokens": 8}], "preset": 3}', "preset"),
@@ -260,8 +278,18 @@ def test_hostile_canvas_input_is_400_with_a_message(token_client: Client, user: 
 def test_a_body_over_one_megabyte_is_refused(token_client: Client, user: Any) -> None:
     body = json.dumps({"segments": [{"text": "x" * 1_100_000}, {"hole": "a", "max_tokens": 4}]})
     response = token_client.post("/api/v1/infill", body, content_type="application/json")
-    assert response.status_code == 400
+    assert response.status_code == 413
     assert "larger than" in response.json()["error"]
+
+
+def test_a_canvas_with_more_text_than_the_limit_is_413_before_it_is_queued(
+    token_client: Client, user: Any, settings: Any,
+) -> None:  # fmt: skip
+    body = {"segments": [{"text": "x" * 900_000}, {"hole": "a", "max_tokens": 4}]}
+    response = post(token_client, "/api/v1/infill", body)
+    assert response.status_code == 413, response.content
+    assert f"the limit is {settings.STENCIL_MAX_CANVAS_CHARS:,}" in response.json()["error"]
+    assert not InfillJob.objects.exists()
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -146,3 +147,27 @@ def test_an_error_carries_the_line_and_column_of_its_tag() -> None:
 def test_field_options_of_the_wrong_type_are_refused_at_save(options: str, message: str) -> None:
     with pytest.raises(TemplateError, match=message):
         parse_template("Dear {{ field('name', " + options + ") }},")
+
+
+def test_a_field_pattern_matches_the_whole_value_by_the_automaton() -> None:
+    """``^(a+)+$`` backtracks exponentially in Python's ``re`` on "aaa…!"; the automaton answers
+    in one pass. The value is long enough that a backtracking engine would not finish."""
+    fields = [{"name": "code", "type": "text", "label": "Code", "pattern": "^(a+)+$"}]
+    assert field_errors({"code": "a" * 60 + "!"}, fields, max_field_length=100) == {
+        "code": "Code does not have the expected format."}  # fmt: skip
+    assert field_errors({"code": "a" * 60}, fields, max_field_length=100) == {}
+    # a browser's pattern attribute matches the whole value: so does the server
+    digits = [{"name": "n", "type": "text", "label": "N", "pattern": "[0-9]+"}]
+    assert field_errors({"n": "x12"}, digits, max_field_length=10) == {
+        "n": "N does not have the expected format."}  # fmt: skip
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ('{{ field("a", pattern="((a{100}){100}){100}") }}', "expands to 1,000,000 character positions"),
+    ('{{ field("a", pattern="(?=a)b") }}', "field 'a'"),
+    ('{% infill "s", max_tokens=8, pattern="((a{100}){100}){100}" %}{% endinfill %}',
+     "nested repeats multiply"),
+])  # fmt: skip
+def test_patterns_too_large_or_unsupported_are_refused_at_save(source: str, message: str) -> None:
+    with pytest.raises(TemplateError, match=re.escape(message)):
+        parse_template(source)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 MAX_REPEAT = 256  # the largest {m,n} bound accepted (each bound copies the sub-automaton)
 MAX_TOKEN_STATES = 4096  # the most automaton states a pattern may reach through tokens
+MAX_PATTERN_POSITIONS = 4096  # the most character positions a pattern may expand to
+MAX_PATTERN_LENGTH = 1000  # the longest pattern source accepted
 _ASCII_SPACE = " \t\n\r\f\v"
 _WORD_RANGES = ((ord("a"), ord("z")), (ord("A"), ord("Z")), (ord("0"), ord("9")), (95, 95))
 
@@ -286,7 +288,26 @@ def parse_pattern(pattern: str) -> Node:
     """The AST of ``pattern``; ``ValueError`` naming any unsupported feature."""
     if not isinstance(pattern, str):
         raise ValueError(f"pattern={pattern!r} must be a string")
-    return _Parser(pattern).parse()
+    if len(pattern) > MAX_PATTERN_LENGTH:
+        raise ValueError(f"pattern is {len(pattern)} characters long; at most {MAX_PATTERN_LENGTH}")
+    node = _Parser(pattern).parse()
+    size = _positions(node)
+    if size > MAX_PATTERN_POSITIONS:
+        raise ValueError(f"pattern {pattern[:60]!r} expands to {size:,} character positions "
+                         f"(nested repeats multiply); at most {MAX_PATTERN_POSITIONS:,}")  # fmt: skip
+    return node
+
+
+def _positions(node: Node) -> int:
+    """How many character positions the automaton of ``node`` holds: each bounded repeat
+    copies its body once per bound, so nested repeats multiply."""
+    if isinstance(node, Chars):
+        return 1
+    if isinstance(node, Concat | Alt):
+        parts = node.parts if isinstance(node, Concat) else node.options
+        return sum(_positions(p) for p in parts)
+    copies = max(node.low, node.high or 0, 1)
+    return _positions(node.node) * copies
 
 
 # -- NFA (Thompson) and a lazily built DFA ------------------------------------------------------
