@@ -16,6 +16,7 @@ from corpora.models import (
     CorpusImport,
     ModelVersion,
     Promotion,
+    ReviewFeed,
     TrainingRun,
 )
 
@@ -86,3 +87,17 @@ class ModelVersionAdmin(ReadOnly):
 @admin.register(Promotion)
 class PromotionAdmin(ReadOnly):
     list_display = ("model_version", "template", "created", "created_by", "rolled_back")
+
+
+@admin.register(ReviewFeed)
+class ReviewFeedAdmin(admin.ModelAdmin):
+    """Opt a template into learning from review: its accepted drafts join the corpus."""
+
+    list_display = ("template", "corpus", "enabled", "documents_added", "created")
+    list_filter = ("enabled",)
+    readonly_fields = ("documents_added", "created_by", "created")
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change:
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)

@@ -187,3 +187,24 @@ class TrainingRun(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in self.FINAL_STATES
+
+
+class ReviewFeed(models.Model):
+    """Learning from review, opted into per template: while ``enabled``, each accepted draft of
+    ``template`` (its text as accepted, with the spans people wrote or corrected) becomes a
+    document of ``corpus``, the corpus the template's next fine-tune reads."""
+
+    template = models.OneToOneField(
+        "drafting.DocumentTemplate", on_delete=models.CASCADE, related_name="review_feed"
+    )
+    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="review_feeds")
+    enabled = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )  # fmt: skip
+    created = models.DateTimeField(auto_now_add=True)
+    documents_added = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"accepted {self.template.slug} drafts -> {self.corpus}"

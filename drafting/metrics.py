@@ -129,6 +129,7 @@ class ReviewCollector:
         for route, (total, corrected) in sorted(counts.items()):
             corrections.add_metric([route], corrected / total)
         yield corrections
+        yield self._corrections_by_template()
 
         cost = GaugeMetricFamily(
             "stencil_accelerator_seconds_per_accepted_result",
@@ -149,6 +150,30 @@ class ReviewCollector:
         for route in sorted(seconds):
             cost.add_metric([route], seconds[route] / max(1, len(drafts[route])))
         yield cost
+
+
+    def _corrections_by_template(self) -> Metric:
+        """The correction share per template and the model (version) that wrote the spans."""
+        from drafting.models import Fragment
+
+        family = GaugeMetricFamily(
+            "stencil_user_correction_ratio_by_template",
+            "Share of reviewed model spans rejected or edited, by template and model version",
+            labels=["template", "model"],
+        )  # fmt: skip
+        reviewed = Fragment.objects.filter(
+            job__isnull=False, status__in=["accepted", "edited", "rejected"]
+        ).values_list("draft__template_version__template__slug", "job__result", "status")
+        counts: dict[tuple[str, str], list[int]] = {}
+        for slug, result, status in reviewed.iterator():
+            result = result if isinstance(result, dict) else {}
+            model = str(result.get("model_version") or result.get("model") or "unknown")
+            total_corrected = counts.setdefault((slug, model), [0, 0])
+            total_corrected[0] += 1
+            total_corrected[1] += status != "accepted"
+        for (slug, model), (total, corrected) in sorted(counts.items()):
+            family.add_metric([slug, model], corrected / total)
+        return family
 
 
 REVIEW_REGISTRY = CollectorRegistry(auto_describe=False)

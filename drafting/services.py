@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from drafting import docformat, metrics
+from drafting import docformat, metrics, signals
 from drafting.authoring import template_version_create  # noqa: F401 (re-exported)
 from drafting.checks import draft_document_violations, version_parse
 from drafting.errors import AdmissionError, ConflictError, UserError
@@ -291,7 +291,17 @@ def draft_accept(*, draft: Draft, expected_revision: int, user: Any) -> DraftRev
     revision = draft_revision_record(draft=draft, reason="accepted", user=user, accepted=True)
     Draft.objects.filter(pk=draft.pk).update(accepted_revision=revision)
     draft.refresh_from_db()
+    transaction.on_commit(lambda: _announce_accepted(draft, revision, user))
     return revision
+
+
+def _announce_accepted(draft: Draft, revision: DraftRevision, user: Any) -> None:
+    for receiver, answer in signals.draft_accepted.send_robust(
+        sender=Draft, draft=draft, revision=revision, user=user
+    ):  # fmt: skip
+        if isinstance(answer, Exception):
+            logger.error("after draft %s was accepted, %r failed: %s", draft.pk, receiver, answer,
+                         exc_info=answer)  # fmt: skip
 
 
 # -- infill requests ------------------------------------------------------------------------
