@@ -20,7 +20,9 @@ from audit.runbody import runtime_info
 from audit.trace import Divergence, trace_compare, trace_hash
 from gpu_worker.engine.outcome import ROUTES, Outcome
 
-_RUNTIME_KEYS = ("torch", "torch_cuda", "python", "device", "git_revision", "stencil")
+_RUNTIME_KEYS = ("torch", "torch_cuda", "python", "device", "git_revision", "stencil",
+                 "cpu_kernels")  # fmt: skip
+_RUNTIME_KEYS_NOT_IN_OLD_RECORDS = {"cpu_kernels"}
 
 
 class ReplayError(Exception):
@@ -128,6 +130,8 @@ def replay_run(
         )
     now = runtime_info(device_name(torch.device(device)))
     for key in _RUNTIME_KEYS:
+        if key in _RUNTIME_KEYS_NOT_IN_OLD_RECORDS and key not in runtime:
+            continue  # recorded before the key existed: nothing to compare
         if runtime.get(key) != now.get(key):
             reasons.append(f"{key} differs: recorded {runtime.get(key)}, now {now.get(key)}")
     batch_size = int(body["stencil.batch"]["size"])

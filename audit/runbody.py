@@ -91,6 +91,10 @@ def runtime_info(device: str) -> dict[str, Any]:
         "git_revision": git_revision(),
         "device": device,
         "platform": platform.machine(),
+        # the CPU kernels ATen dispatches to (AVX2, AVX512, ...): float sums differ between them
+        # in the last bits, so a CPU replay is bit-identical only on the same kernels
+        # (ATEN_CPU_CAPABILITY pins them)
+        "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
     }
 
 
