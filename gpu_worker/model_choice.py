@@ -64,7 +64,8 @@ def model_choice(job: InfillJob) -> ModelChoice:
         return ModelChoice(directory=directory, weights_sha256=None, version_id=None,
                            version_name=directory.name, scope=CONFIGURED)  # fmt: skip
     row = promotion.model_version
-    scope = DEFAULT if promotion.template_id is None or template is None else ""
-    scope = scope or f"template:{promotion.template.slug}"
+    scope = DEFAULT
+    if promotion.template_id is not None and template is not None:
+        scope = f"template:{template.slug}"
     return ModelChoice(directory=Path(row.directory), weights_sha256=row.weights_sha256,
                        version_id=row.pk, version_name=row.name, scope=scope)  # fmt: skip
