@@ -2,7 +2,9 @@
 
 Kept Django-light: it reads a RunRecord's stored JSON and calls the engine's one entry point
 (:func:`gpu_worker.engine.run.run`) on the route that produced the outcome. A record is read
-by the rules of its schema_version (:mod:`audit.legacy` for version 1). A different weights
+by the rules of its schema_version (:mod:`audit.legacy` for version 1). It loads the model
+directory the record names, which for a model version is that version's own directory (written
+once, never changed), so a run replays with the version it ran with. A different weights
 hash, tokenizer, runtime (torch, Python, device), code revision or batch makes the replay
 *approximate*: it still runs, and the report says why.
 """
@@ -40,6 +42,7 @@ class ReplayReport:
     steps_recorded: int = 0
     steps_replayed: int = 0
     device: str = "cpu"
+    model: str = ""  # the model replayed with: the recorded version, or the configured model
 
     @property
     def summary(self) -> str:
@@ -66,6 +69,7 @@ class ReplayReport:
             "steps_recorded": self.steps_recorded,
             "steps_replayed": self.steps_replayed,
             "device": self.device,
+            "model": self.model,
             "summary": self.summary,
         }
 
@@ -113,8 +117,10 @@ def replay_run(
         raise ReplayError(f"route {route!r} has no replay runner (known: {list(ROUTES)})")
     device, device_note = _pick_device(str(runtime.get("device", "cpu")))
     model_dir = Path(model["dir"])
+    named = _model_named(body)
     if not (model_dir / "model.safetensors").is_file():
-        raise ReplayError(f"the recorded model directory {model_dir} is not on this machine")
+        raise ReplayError(f"the weights of {named} are gone: {model_dir / 'model.safetensors'} "
+                          "is not on this machine")  # fmt: skip
     loaded = load_backend(model_dir, device=device)
 
     reasons: list[str] = [device_note] if device_note else []
@@ -168,7 +174,18 @@ def replay_run(
         steps_recorded=len(trace),
         steps_replayed=len(replayed),
         device=device,
+        model=named,
     )
+
+
+def _model_named(body: dict[str, Any]) -> str:
+    """The model a record ran with, in words: its model version, or (a record from before
+    versions were recorded, or a run outside a job) the model directory it names."""
+    version = body.get("stencil.model_version")
+    weights = _short(str(body["stencil.model"]["weights_sha256"]))
+    if isinstance(version, dict) and version.get("id") is not None:
+        return f"model version {version.get('name')} (id {version['id']}, weights {weights})"
+    return f"the model in {body['stencil.model']['dir']} (weights {weights})"
 
 
 def _rerun(route: str, loaded: Any, config: Any, requests: list[dict[str, Any]],

@@ -5,7 +5,8 @@ produced, and which model produced it) and a :class:`RunContext` (where and why 
 Holds hashes of outputs and of intermediate state, never their text. The request canvas (the
 input: locked text + hole specs) is stored beside the body, in ``RunRecord.request``.
 The body's ``schema_version`` is ``RUN_RECORD_SCHEMA_VERSION``; older versions are read by
-``audit.legacy``.
+``audit.legacy``. ``stencil.model_version`` names the model version that ran; a body without
+it ran the configured model named by ``stencil.model``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class RunContext:
     batch_job_ids: tuple[str, ...]  # every job of the denoising batch, in batch order
     router_decision: Mapping[str, Any]  # the router's RouteDecision.as_json()
     template_version: str | None = None  # "slug@number" of the draft's template
+    # The model version that ran: {"id" (the ModelVersion row, None when no row names these
+    # weights), "name", "weights_sha256", "scope" ("template:<slug>", "default", "configured")}
+    model_version: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.attempt < 0:
@@ -146,6 +150,15 @@ def _precision(config: Mapping[str, Any], model: Mapping[str, Any]) -> Any:
     return "bf16" if "bf16" in (weights, compute) else (weights or compute)
 
 
+def _model_version(context: RunContext, outcome: Outcome) -> dict[str, Any]:
+    """The body's ``stencil.model_version``; a run outside a job names only the weights."""
+    weights = outcome.model["weights_sha256"]
+    if context.model_version is None:
+        return {"id": None, "name": Path(context.model_dir).name, "weights_sha256": weights,
+                "scope": "configured"}  # fmt: skip
+    return {**dict(context.model_version), "weights_sha256": weights}
+
+
 def run_body_build(
     *, run_id: str, context: RunContext, outcome: Outcome, diagnostics: bool
 ) -> dict[str, Any]:
@@ -180,6 +193,7 @@ def run_body_build(
             "weights_sha256": outcome.model["weights_sha256"],
             "tokenizer_sha256": outcome.model["tokenizer_sha256"],
         },
+        "stencil.model_version": _model_version(context, outcome),
         "stencil.sampler": {"config": config, "config_sha256": outcome.config_sha256},
         "stencil.generator": {
             "seed": int(outcome.seed),

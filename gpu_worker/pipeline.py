@@ -38,6 +38,7 @@ from drafting.router import RouteDecision, route_choose
 from drafting.services import draft_apply_job_result, job_dispatch
 from gpu_worker.claims import Claim, claim_batch_mates, holds, job_claim, job_finish, job_release
 from gpu_worker.engine.outcome import AR, DIFFUSION
+from gpu_worker.model_choice import CONFIGURED, ModelChoice, model_choice
 from gpu_worker.progress import CancelPoll, Held, Progress, fault_stall
 
 if TYPE_CHECKING:  # the engine (and torch) load with the first job, not with the web app
@@ -90,7 +91,7 @@ def job_run(*, job_id: str, worker: str) -> str:
         for mate in claim_batch_mates(claim, worker):
             held.add(mate)
         fault_stall(held)
-        decisions, first = _route_and_batch(held)
+        decisions, choices, first = _route_and_batch(held)
     except Exception as exc:  # as in _run_guarded, for every job the run holds
         dropped = _session_dropped(exc)
         states = []
@@ -100,18 +101,28 @@ def job_run(*, job_id: str, worker: str) -> str:
             if states[-1] in InfillJob.FINAL_STATES:
                 metrics.END_TO_END.labels(state=states[-1]).observe(_age(c.job))
         return states[0]
-    states = [_run_guarded(c, held, decisions[c.job.pk], first.get(c.job.pk))
+    states = [_run_guarded(c, held, decisions[c.job.pk], first.get(c.job.pk), choices[c.job.pk])
               for c in held.all()]  # fmt: skip
     return states[0]
 
 
-def _route_and_batch(held: Held) -> tuple[dict[Any, RouteDecision], dict[Any, _Batched]]:
-    """Route every claimed job; run the diffusion ones' first attempt as one batch."""
+def _route_and_batch(held: Held) -> tuple[dict[Any, RouteDecision], dict[Any, ModelChoice],
+                                           dict[Any, _Batched]]:  # fmt: skip
+    """Route every claimed job and choose its model (once per job: a promotion or rollback
+    applies from the next job); run the first attempt of the diffusion ones that share a model
+    as one batch."""
     claims = held.all()
     decisions = {c.job.pk: _route(c) for c in claims}
-    batched = [c for c in claims if decisions[c.job.pk].route == DIFFUSION]
-    first = _first_attempt_batched(batched, held) if len(batched) > 1 else {}
-    return decisions, first
+    choices = {c.job.pk: model_choice(c.job) for c in claims}
+    groups: dict[ModelChoice, list[Claim]] = {}
+    for c in claims:
+        if decisions[c.job.pk].route == DIFFUSION:
+            groups.setdefault(choices[c.job.pk], []).append(c)
+    first: dict[Any, _Batched] = {}
+    for choice, group in groups.items():
+        if len(group) > 1:
+            first.update(_first_attempt_batched(group, held, choice))
+    return decisions, choices, first
 
 
 def _route(claim: Claim) -> RouteDecision:
@@ -122,12 +133,13 @@ def _route(claim: Claim) -> RouteDecision:
     return decision
 
 
-def _run_guarded(claim: Claim, held: Held, decision: RouteDecision, first: _Batched | None) -> str:
+def _run_guarded(claim: Claim, held: Held, decision: RouteDecision, first: _Batched | None,
+                 choice: ModelChoice) -> str:  # fmt: skip
     job = claim.job
     metrics.QUEUE_WAIT.observe(((job.started or job.created) - job.created).total_seconds())
     started = time.monotonic()
     try:
-        state = _run_claimed(claim, held, decision, first)
+        state = _run_claimed(claim, held, decision, first, choice)
     except Exception as exc:  # a bug, a lost database, an exhausted soft time limit
         state = _end_crashed(claim, exc, begun=held.began(claim), dropped=_session_dropped(exc))
     finally:
@@ -215,14 +227,19 @@ class _Batched:
     seconds: float  # this job's share of the batch's wall time
 
 
-def _first_attempt_batched(claims: list[Claim], held: Held) -> dict[Any, _Batched]:
-    """One denoising batch for the first attempt of several jobs with one config."""
+def _first_attempt_batched(
+    claims: list[Claim], held: Held, choice: ModelChoice
+) -> dict[Any, _Batched]:
+    """One denoising batch for the first attempt of several jobs with one config and model."""
     from gpu_worker.engine.config import SamplerConfig
     from gpu_worker.engine.run import run_batch
-    from gpu_worker.runtime import choose_device, model_get
+    from gpu_worker.runtime import ModelVersionUnavailable, choose_device
 
     device = choose_device(settings.STENCIL_DEVICE)
-    loaded = model_get(_model_dir(DIFFUSION), device=device)
+    try:
+        loaded = _model_load(DIFFUSION, choice, device)
+    except ModelVersionUnavailable:
+        return {}  # each job then fails alone, saying why (_run_claimed)
     claims = [c for c in claims if held.begin(c)]  # the work of each begins now (the cap)
     if not claims:
         return {}
@@ -247,15 +264,18 @@ def _first_attempt_batched(claims: list[Claim], held: Held) -> dict[Any, _Batche
 
 
 def _run_claimed(claim: Claim, held: Held, decision: RouteDecision,
-                 first: _Batched | None) -> str:  # fmt: skip
-    from gpu_worker.runtime import choose_device, model_get
+                 first: _Batched | None, choice: ModelChoice) -> str:  # fmt: skip
+    from gpu_worker.runtime import ModelVersionUnavailable, choose_device
 
     job = claim.job
     device = choose_device(settings.STENCIL_DEVICE)
     plans = _attempt_plan(job, decision)
     reasons: list[str] = []
     for attempt, (route, config) in enumerate(plans):
-        loaded = model_get(_model_dir(route), device=device)
+        try:
+            loaded = _model_load(route, choice, device)
+        except ModelVersionUnavailable as exc:
+            return _fail_model_version(claim, choice, exc)
         seed = derive_seed(job.seed, attempt)
         batch = [str(job.pk)]
         if attempt == 0 and first is not None:
@@ -273,7 +293,7 @@ def _run_claimed(claim: Claim, held: Held, decision: RouteDecision,
             outcome, snapshots = ran, progress.snapshots
         if not holds(claim):  # a worker that lost its claim records nothing
             return LOST
-        context = _run_context(job, attempt, route, seed, loaded, device, decision, batch)
+        context = _run_context(job, attempt, route, seed, loaded, device, decision, batch, choice)
         run_id = _record_attempt(claim, context, outcome, snapshots)
         if outcome.cancelled:
             if not job_finish(job, claim.token, state=InfillJob.State.CANCELLED,
@@ -300,7 +320,7 @@ def _run_claimed(claim: Claim, held: Held, decision: RouteDecision,
             if attempt:
                 metrics.RETRIES.labels(outcome="recovered").inc()
             if decision.shadow and attempt == 0:
-                _run_shadow(claim, held, decision, outcome, device)
+                _run_shadow(claim, held, decision, outcome, device, choice)
             return InfillJob.State.SUCCEEDED
         for v in violations:
             metrics.VALIDATION_FAILURES.labels(reason=str(v.get("name", "unknown"))).inc()
@@ -333,27 +353,26 @@ def _observe_attempt(outcome: Outcome, route: str, decision: RouteDecision) -> N
 
 
 def _run_shadow(claim: Claim, held: Held, decision: RouteDecision, primary: Outcome,
-                device: torch.device) -> None:  # fmt: skip
+                device: torch.device, choice: ModelChoice) -> None:  # fmt: skip
     """Run the other route on the same request for comparison; the person never sees it.
 
     The job is already final: whatever goes wrong here is logged and changes nothing of it.
     """
     try:
-        _shadow(claim, held, decision, primary, device)
+        _shadow(claim, held, decision, primary, device, choice)
     except Exception:
         log.exception("job %s: the shadow run failed", claim.job.pk)
 
 
 def _shadow(claim: Claim, held: Held, decision: RouteDecision, primary: Outcome,
-            device: torch.device) -> None:  # fmt: skip
+            device: torch.device, choice: ModelChoice) -> None:  # fmt: skip
     from audit.services import run_record_create
-    from gpu_worker.runtime import model_get
 
     job = claim.job
     route = str(decision.shadow)
     if not _model_available(route):
         return
-    loaded = model_get(_model_dir(route), device=device)
+    loaded = _model_load(route, choice, device)
     progress = Progress(claim, held, 0, int(job.config["max_steps"]), with_texts=True,
                         quiet=True)  # fmt: skip
     outcome = _attempt(job, loaded, route, dict(job.config), job.seed, progress)
@@ -361,7 +380,7 @@ def _shadow(claim: Claim, held: Held, decision: RouteDecision, primary: Outcome,
         comparison: dict[str, Any] = {"route": route, "error": outcome}
     else:
         context = _run_context(job, 0, f"shadow-{route}", job.seed, loaded, device, decision,
-                               [str(job.pk)])  # fmt: skip
+                               [str(job.pk)], choice)  # fmt: skip
         run = run_record_create(context=context, outcome=outcome)
         comparison = {
             "route": route, "run_id": str(run.pk), "valid": not outcome.violations,
@@ -403,6 +422,29 @@ def _attempt_plan(job: InfillJob, decision: RouteDecision) -> list[tuple[str, di
     return plans
 
 
+def _model_load(route: str, choice: ModelChoice, device: torch.device) -> LoadedModel:
+    """The model of ``route`` for this job: its chosen version on the diffusion route."""
+    from gpu_worker.runtime import model_get
+
+    if route == DIFFUSION:
+        return model_get(choice.directory, device=device, weights_sha256=choice.weights_sha256)
+    return model_get(_model_dir(route), device=device)
+
+
+def _fail_model_version(claim: Claim, choice: ModelChoice, exc: Exception) -> str:
+    """A promoted version that cannot be served fails the job: it never runs on another model
+    than the one staff promoted for its template."""
+    log.error("job %s: %s cannot be served: %s", claim.job.pk, choice.describe(), exc)
+    reason = (
+        f"the {choice.describe()} cannot be used: {exc}; promote another version "
+        "or roll this one back"
+    )
+    if not job_finish(claim.job, claim.token, state=InfillJob.State.FAILED, reasons=[reason]):
+        return LOST
+    metrics.JOB_FAILURES.labels(reason="model_version_unavailable").inc()
+    return InfillJob.State.FAILED
+
+
 def _model_dir(route: str) -> Path:
     return Path(settings.STENCIL_MODEL_DIR if route == DIFFUSION else settings.STENCIL_AR_MODEL_DIR)
 
@@ -425,7 +467,8 @@ def _attempt(job: InfillJob, loaded: LoadedModel, route: str, config: dict[str, 
 
 
 def _run_context(job: InfillJob, attempt: int, route: str, seed: int, loaded: LoadedModel,
-                 device: torch.device, decision: RouteDecision, batch: list[str]) -> RunContext:  # fmt: skip
+                 device: torch.device, decision: RouteDecision, batch: list[str],
+                 choice: ModelChoice) -> RunContext:  # fmt: skip
     """Where and why one run happened, as its run record says it (built here only)."""
     from audit.runbody import RunContext
     from gpu_worker.runtime import device_name
@@ -435,7 +478,17 @@ def _run_context(job: InfillJob, attempt: int, route: str, seed: int, loaded: Lo
         request={**job.request, "seed": seed}, device=device_name(device),
         correlation_id=str(job.pk), batch_job_ids=tuple(batch),
         router_decision=decision.as_json(), template_version=_template_version(job),
+        model_version=_version_record(route, choice, loaded),
     )  # fmt: skip
+
+
+def _version_record(route: str, choice: ModelChoice, loaded: LoadedModel) -> dict[str, Any]:
+    """The model version a run ran with: the job's choice on the diffusion route, else the
+    configured AR-FIM model's."""
+    if not route.endswith(DIFFUSION):
+        choice = ModelChoice(directory=loaded.directory, weights_sha256=None, version_id=None,
+                             version_name=loaded.name, scope=CONFIGURED)  # fmt: skip
+    return choice.record(loaded.weights_sha256)
 
 
 def _record_attempt(claim: Claim, context: RunContext, outcome: Outcome,

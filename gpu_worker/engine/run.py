@@ -17,6 +17,7 @@ from gpu_worker.engine.config import SamplerConfig
 from gpu_worker.engine.infill import infill_batch
 from gpu_worker.engine.loaded import LoadedModel
 from gpu_worker.engine.outcome import AR, DIFFUSION, ROUTES, Hooks, Outcome
+from gpu_worker.engine.window import infill_batch_windowed
 
 BatchRunner = Callable[..., list[Outcome | ValueError]]
 _RUNNERS: dict[str, BatchRunner] = {DIFFUSION: infill_batch, AR: infill_batch_ar}
@@ -57,6 +58,8 @@ def run_batch(
     runner = _RUNNERS.get(route)
     if runner is None:
         raise ValueError(f"route must be one of {list(ROUTES)}, got {route!r}")
+    if route == DIFFUSION:  # a canvas longer than the model is filled window by window
+        return infill_batch_windowed(runner, model, requests, config=config, hooks=hooks)
     return runner(model, requests, config=config, hooks=hooks)
 
 
