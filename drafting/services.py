@@ -19,9 +19,9 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from drafting import docformat, metrics
-from drafting.confidence import span_confidence_clean
 from drafting.authoring import template_version_create  # noqa: F401 (re-exported)
 from drafting.checks import draft_document_violations, version_parse
+from drafting.confidence import span_confidence_clean
 from drafting.errors import AdmissionError, ConflictError, UserError
 from drafting.models import (
     Draft,
