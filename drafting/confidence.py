@@ -16,6 +16,11 @@ from typing import Any
 # At or above this calibrated probability a span (not flagged low) reads "Confident"; between
 # the worker's low flag and this, the page asks for a close read.
 CONFIDENT_P = 0.8
+SIGNAL_WORDS = {  # the worker's signal names, as a person reads them
+    "mean_logp": "the model's own token probabilities",
+    "min_logp": "the model's least likely token",
+    "agreement": "agreement between the two models",
+}
 MAX_MARKS = 64  # more marked stretches than this in one span is noise: keep the first ones
 
 LOW_WORDS = "Low confidence: likely a guess — check or rewrite"
@@ -96,7 +101,8 @@ def confidence_view(confidence: dict[str, Any]) -> ConfidenceView:
     else:
         detail = f"Score {p:.2f} (not calibrated to a probability)"
     if confidence.get("signal"):
-        detail += f"; measured by {confidence['signal']}"
+        signal = str(confidence["signal"])
+        detail += f"; measured by {SIGNAL_WORDS.get(signal, signal)}"
     if confidence.get("low"):
         return ConfidenceView("low", LOW_WORDS, detail + ".")
     if p >= CONFIDENT_P:
@@ -136,5 +142,15 @@ def result_domain(result: Any) -> dict[str, Any] | None:
 
 
 def version_domain(version: Any) -> dict[str, Any] | None:
-    """The domain score saved with a template version, where the version carries one."""
-    return domain_clean(getattr(version, "domain", None))
+    """The domain score of a template version's locked text, where Stencil measures one
+    (``drafting.authoring.template_version_domain``; None where it does not, or cannot)."""
+    from drafting import authoring
+    from drafting.templating import TemplateError
+
+    measure = getattr(authoring, "template_version_domain", None)
+    if measure is None:
+        return None
+    try:
+        return domain_clean(measure(version=version))
+    except (TemplateError, ValueError, OSError):  # a version that no longer parses: no score
+        return None

@@ -191,6 +191,22 @@ def test_a_familiar_template_has_no_domain_warning(
     assert re.search(r'id="domain-warning"[^>]*hidden', page(client_in, f"/jobs/{job.id}/"))
 
 
+@pytest.mark.django_db
+def test_a_template_measured_unfamiliar_is_warned_about_before_any_fill(
+    client_in: Client, draft: Draft, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the template's own domain score is measured (drafting.authoring), a draft says so
+    before the model has written anything; a job's score, with the typed values, wins later."""
+    from drafting import authoring
+
+    monkeypatch.setattr(authoring, "template_version_domain",
+                        lambda *, version: UNFAMILIAR, raising=False)  # fmt: skip
+    assert confidence.DOMAIN_WARNING in page(client_in, f"/drafts/{draft.id}/")
+    monkeypatch.setattr(authoring, "template_version_domain",
+                        lambda *, version: None, raising=False)  # fmt: skip
+    assert confidence.DOMAIN_WARNING not in page(client_in, f"/drafts/{draft.id}/")
+
+
 # -- regenerate -------------------------------------------------------------------------------
 @pytest.mark.django_db
 @pytest.mark.parametrize("variation", sorted(services.VARIATIONS))
