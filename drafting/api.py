@@ -156,6 +156,8 @@ def fragment_json(fragment: Fragment) -> dict[str, Any]:
         "locked": fragment.locked,
         "status": fragment.status,
         "provisional": fragment.status == Fragment.Status.PROVISIONAL,
+        "confidence": fragment.confidence or None,  # None: not measured (or a person wrote it)
+        "written_by": fragment.written_by,
     }
 
 
@@ -417,11 +419,12 @@ def fragment_lock(request: HttpRequest, draft_id: int, fragment_id: int) -> Http
 @api_endpoint("POST")
 def fragment_review(request: HttpRequest, draft_id: int, fragment_id: int) -> HttpResponse:
     fragment = _fragment(request, draft_id, fragment_id)
-    data = json_body(request, allowed={"action", "text"}, required={"action"})
-    action = _typed(data, "action", str, "accept, reject or edit")
+    data = json_body(request, allowed={"action", "text", "accept_anyway"}, required={"action"})
+    action = _typed(data, "action", str, "accept, reject, edit or write")
     text = _typed(data, "text", str, "a string")
     fragment = services.fragment_review(
-        fragment=fragment, action=action, user=request.user, text=text
+        fragment=fragment, action=action, user=request.user, text=text,
+        accept_anyway=_typed(data, "accept_anyway", bool, "true or false") is True,
     )
     return JsonResponse(fragment_json(fragment))
 
@@ -429,10 +432,12 @@ def fragment_review(request: HttpRequest, draft_id: int, fragment_id: int) -> Ht
 @api_endpoint("POST")
 def fragment_regenerate(request: HttpRequest, draft_id: int, fragment_id: int) -> HttpResponse:
     fragment = _fragment(request, draft_id, fragment_id)
-    data = json_body(request, allowed={"start", "end", "preset"})
+    data = json_body(request, allowed={"start", "end", "preset", "variation"})
     job = services.fragment_regenerate(
         fragment=fragment, user=request.user, preset=_preset(data),
         start=_typed(data, "start", int, "an integer"), end=_typed(data, "end", int, "an integer"),
+        variation=_typed(data, "variation", str, "small, medium or large")
+        or services.DEFAULT_VARIATION,
     )  # fmt: skip
     return JsonResponse(job_json(job), status=202)
 

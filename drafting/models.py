@@ -106,6 +106,11 @@ class Fragment(models.Model):
     job = models.ForeignKey(
         "InfillJob", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The model's confidence in this text, as its job's result gave it (drafting.confidence):
+    # {"p", "low", "marks", "signal", "calibrated"}; {} = not measured, or text a person wrote.
+    confidence = models.JSONField(default=dict, blank=True)
+    # Who wrote the current text: "model" (a job), "person" (typed by hand), "" (template/form).
+    written_by = models.CharField(max_length=10, blank=True, default="")
 
     class Meta:
         ordering = ["position"]
@@ -139,7 +144,9 @@ class DraftRevision(models.Model):
 
     REASON_WORDS = {
         "created": "created", "infill": "model text filled in", "accept": "a span accepted",
-        "reject": "a span rejected", "edit": "edited by hand", "values": "form values changed",
+        "reject": "a span rejected", "edit": "edited by hand",
+        "values": "form values changed",
+        "write": "written by a person (the model's text was a guess)",
         "accepted": "the whole text accepted",
     }  # fmt: skip
 

@@ -111,6 +111,11 @@ SCHEMAS: dict[str, Any] = {
                                                    "rejected", "fixed"]},
             "provisional": {"type": "boolean",
                             "description": "model output a person has not accepted"},
+            "confidence": {"type": ["object", "null"],
+                           "description": "the model's confidence in this text: p (0..1), low "
+                           "(flagged: likely a guess), marks ([start, end) character ranges it "
+                           "was least sure of), signal, calibrated; null: not measured"},
+            "written_by": {"type": "string", "enum": ["", "model", "person"]},
         },
     },  # fmt: skip
     "Revision": {
@@ -320,17 +325,21 @@ def openapi_spec() -> dict[str, Any]:
                         body=_object({"locked": {"type": "boolean"}}, ["locked"])),
         },
         "/api/v1/drafts/{draft_id}/fragments/{fragment_id}/review": {
-            "post": _op("Accept, reject or edit a span", fragment_ok, 400, 404,
+            "post": _op("Accept, reject, edit or write a span (a span flagged low-confidence "
+                        "is accepted only with accept_anyway)", fragment_ok, 400, 404,
                         params=[DRAFT_ID, FRAGMENT_ID],
                         body=_object({"action": {"type": "string",
-                                                 "enum": ["accept", "reject", "edit"]},
-                                      "text": {"type": "string"}}, ["action"])),
+                                                 "enum": ["accept", "reject", "edit", "write"]},
+                                      "text": {"type": "string"},
+                                      "accept_anyway": {"type": "boolean"}}, ["action"])),
         },
         "/api/v1/drafts/{draft_id}/fragments/{fragment_id}/regenerate": {
             "post": _op("Regenerate a fragment, or characters [start, end) of it", job_ok,
                         400, 404, 429, status="202", params=[DRAFT_ID, FRAGMENT_ID],
                         body=_object({"start": {"type": "integer"}, "end": {"type": "integer"},
-                                      "preset": PRESET})),
+                                      "preset": PRESET,
+                                      "variation": {"type": "string",
+                                                    "enum": ["small", "medium", "large"]}})),
         },
         "/api/v1/drafts/{draft_id}/fragments/{fragment_id}/report": {
             "post": _op("Report a problem with a model-written span: opens an audit incident",

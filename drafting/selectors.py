@@ -102,6 +102,34 @@ def job_latest_for_draft(*, draft: Draft) -> InfillJob | None:
     return draft.jobs.order_by("-created").first()
 
 
+def job_latest_result_for_draft(*, draft: Draft) -> InfillJob | None:
+    """The draft's newest job that wrote a result (its confidence and domain notes hold)."""
+    return draft.jobs.filter(result__isnull=False).order_by("-created").first()
+
+
+def draft_model_notes(*, draft: Draft) -> dict[str, Any]:
+    """What the model said about its own text for this draft, in the page's terms.
+
+    ``needs_person``: the newest result says every route's text was low-confidence, and one
+    of its spans still waits for a person (flagged low and not reviewed, or empty). ``domain``: the newest result's domain score, or
+    the one saved with the template version (None when neither was measured)."""
+    from drafting import confidence
+
+    job = job_latest_result_for_draft(draft=draft)
+    result = job.result if job else None
+    targets = {t.get("fragment") for t in (job.target_fragments if job else [])}
+    waiting = [f for f in draft.fragments.filter(id__in=targets)
+               if f.status in {Fragment.Status.EMPTY, Fragment.Status.REJECTED}
+               or (f.status == Fragment.Status.PROVISIONAL and (f.confidence or {}).get("low"))]
+    domain = confidence.result_domain(result) or confidence.version_domain(draft.template_version)
+    return {
+        "needs_person": confidence.result_needs_person(result) and bool(waiting),
+        "domain": domain,
+        "domain_unfamiliar": bool(domain and domain["unfamiliar"]),
+        "domain_warning": confidence.DOMAIN_WARNING,
+    }
+
+
 def queue_position(*, job: InfillJob) -> int:
     """How many queued jobs were created before this one (0 = next)."""
     if job.state != InfillJob.State.QUEUED:

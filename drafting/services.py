@@ -21,6 +21,7 @@ from django.utils import timezone
 from drafting import docformat, metrics, signals
 from drafting.authoring import template_version_create  # noqa: F401 (re-exported)
 from drafting.checks import draft_document_violations, version_parse
+from drafting.confidence import span_confidence_clean
 from drafting.errors import AdmissionError, ConflictError, UserError
 from drafting.models import (
     Draft,
@@ -43,8 +44,9 @@ DRAFT_TITLE_MAX = 200
 CHARS_PER_TOKEN_ESTIMATE = 3  # sizing a hole for text a person unlocked: ~3 chars per token
 MIN_UNLOCKED_HOLE_TOKENS = 4
 # A regenerate asks for different text: a fresh seed alone changes nothing at temperature 0
-# (argmax), so it samples (SamplerConfig.temperature).
-REGENERATE_SAMPLER = {"temperature": 0.8}
+# (argmax), so it samples (SamplerConfig.temperature); the variation a person picks sets how far.
+VARIATIONS = {"small": 0.5, "medium": 0.8, "large": 1.2}
+DEFAULT_VARIATION = "medium"
 ADMISSION_LOCK_KEY = 0x5374656E63696C  # the advisory lock every job admission takes ("Stencil")
 RUN_INFILL_TASK = "gpu_worker.tasks.run_infill"  # enqueued by name: the web app never imports the worker
 
@@ -202,18 +204,24 @@ def fragment_lock_set(*, fragment: Fragment, locked: bool) -> Fragment:
 
 
 @transaction.atomic
-def fragment_review(*, fragment: Fragment, action: str, user: Any, text: str | None = None
-                    ) -> Fragment:  # fmt: skip
-    """accept | reject | edit a model span. Rejecting empties it and unlocks it for a refill."""
-    if fragment.kind == Fragment.Kind.TEXT and action != "edit":
+def fragment_review(*, fragment: Fragment, action: str, user: Any, text: str | None = None,
+                    accept_anyway: bool = False) -> Fragment:  # fmt: skip
+    """accept | reject | edit | write a span. Rejecting empties it and unlocks it for a refill;
+    ``write`` is a person writing a span the model could not (recorded as such). Model text
+    flagged low-confidence is accepted only with ``accept_anyway``: a deliberate choice."""
+    if fragment.kind == Fragment.Kind.TEXT and action not in {"edit", "write"}:
         raise UserError("template text has nothing to accept or reject")
     if action == "accept":
         if fragment.status not in {Fragment.Status.PROVISIONAL, Fragment.Status.EDITED}:
             raise UserError("only provisional or edited text can be accepted")
+        if (fragment.status == Fragment.Status.PROVISIONAL and fragment.confidence.get("low")
+                and not accept_anyway):  # fmt: skip
+            raise UserError("this span is flagged low-confidence: check it, then choose "
+                            "“Accept anyway”, or rewrite it")  # fmt: skip
         fragment.status, fragment.locked = Fragment.Status.ACCEPTED, True
     elif action == "reject":
         fragment.status, fragment.text, fragment.locked = Fragment.Status.REJECTED, "", False
-    elif action == "edit":
+    elif action in {"edit", "write"}:
         if text is None:
             raise UserError("an edit needs the new text")
         if len(text) > settings.STENCIL_MAX_FIELD_LENGTH:
@@ -223,9 +231,10 @@ def fragment_review(*, fragment: Fragment, action: str, user: Any, text: str | N
         else:
             _json_punctuation_check(fragment)
         fragment.text, fragment.status, fragment.locked = text, Fragment.Status.EDITED, True
+        fragment.written_by, fragment.confidence = "person", {}
     else:
         raise UserError(f"unknown review action {action!r}")
-    fragment.save(update_fields=["status", "text", "locked"])
+    fragment.save(update_fields=["status", "text", "locked", "written_by", "confidence"])
     _bump(fragment.draft)
     draft_revision_record(draft=fragment.draft, reason=action, user=user)
     return fragment
@@ -553,42 +562,56 @@ def infill_job_cancel(*, job: InfillJob) -> InfillJob:
 
 @transaction.atomic
 def draft_apply_job_result(*, job: InfillJob) -> None:
-    """Write a succeeded job's fills into its draft as provisional text, plus a revision."""
+    """Write a succeeded job's fills into its draft as provisional text, plus a revision.
+
+    Each span carries the worker's confidence in it (``result["confidence"][hole]``, checked;
+    {} where the job measured none), so the review page can flag a guess."""
     if job.draft is None or not job.result:
         return
     holes: dict[str, str] = job.result.get("holes", {})
+    confidence = job.result.get("confidence")
+    confidence = confidence if isinstance(confidence, dict) else {}
     for target in job.target_fragments:
         fragment = Fragment.objects.filter(pk=target["fragment"], draft=job.draft).first()
         if fragment is None or fragment.locked:
             continue  # deleted or locked by the person meanwhile: their text wins
         fragment.text = holes.get(target["hole"], "")
-        fragment.status = Fragment.Status.PROVISIONAL
-        fragment.job = job
-        if fragment.kind != Fragment.Kind.FILL:
-            fragment.kind = Fragment.Kind.FILL
-        fragment.save(update_fields=["text", "status", "job", "kind"])
+        fragment.status, fragment.job, fragment.written_by = Fragment.Status.PROVISIONAL, job, "model"
+        fragment.confidence = span_confidence_clean(confidence.get(target["hole"]), fragment.text)
+        fragment.kind = Fragment.Kind.FILL
+        fragment.save(update_fields=["text", "status", "job", "kind", "written_by", "confidence"])
     _bump(job.draft)
     draft_revision_record(draft=job.draft, reason="infill", user=None)
 
 
 def fragment_regenerate(*, fragment: Fragment, user: Any, preset: str,
-                        start: int | None = None, end: int | None = None) -> InfillJob:  # fmt: skip
+                        start: int | None = None, end: int | None = None,
+                        variation: str = DEFAULT_VARIATION) -> InfillJob:  # fmt: skip
     """Ask the model to rewrite one fragment, or the [start, end) span of it, and nothing else.
 
-    It samples (REGENERATE_SAMPLER) under a fresh seed, so a person gets different text. The
-    split and the unlock are undone when the job cannot be queued (busy, admission).
+    It samples at the variation's temperature (VARIATIONS) under a fresh seed, so a person gets
+    different text. The job keeps the text it replaces and the run that wrote it, beside its
+    own run: the review page shows both. The split and the unlock are undone when the job
+    cannot be queued (busy, admission).
     """
     if fragment.kind == Fragment.Kind.FIELD:
         raise UserError("this text is a form value: change it in the form instead")
     _json_punctuation_check(fragment)
     if (start is None) != (end is None):
         raise UserError("a selection needs both its start and its end")
+    if variation not in VARIATIONS:
+        raise UserError(f"variation must be one of {', '.join(VARIATIONS)}")
     with transaction.atomic():
         if start is not None and end is not None:
             fragment = fragment_split_for_regeneration(fragment=fragment, start=start, end=end)
         elif fragment.locked:
             fragment = fragment_lock_set(fragment=fragment, locked=False)
-        return draft_infill_request(
+        previous_run = (fragment.job.result or {}).get("run_id") if fragment.job else None
+        job = draft_infill_request(
             draft=fragment.draft, user=user, preset=preset, fragment_ids=[fragment.id],
-            sampler=REGENERATE_SAMPLER,
+            sampler={"temperature": VARIATIONS[variation]},
         )
+        job.target_fragments = [{**t, "previous": fragment.text, "previous_run": previous_run,
+                                 "variation": variation} for t in job.target_fragments]  # fmt: skip
+        job.save(update_fields=["target_fragments"])
+        return job

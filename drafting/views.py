@@ -18,7 +18,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from drafting import checks, docformat, exports, reports, selectors, services
+from drafting import checks, confidence, docformat, exports, reports, selectors, services
 from drafting.api import export_response, job_json, job_reasons_display
 from drafting.auth import api_token_create, api_token_list_for_user, api_token_revoke
 from drafting.forms import form_fields, post_text, values_from_post
@@ -29,7 +29,11 @@ PRESET_CHOICES = [
     ("balanced", "Balanced"),
     ("careful", "Careful — more steps, more checks"),
 ]
-REVIEW_ACTIONS = {"accept", "reject", "edit"}
+VARIATION_CHOICES = [
+    ("small", "A little different"),
+    ("medium", "Different"),
+    ("large", "Very different (less careful)"),
+]
 
 
 def _admission_message(request: HttpRequest, exc: services.AdmissionError) -> None:
@@ -118,6 +122,21 @@ class FragmentRow:
     value: str  # the text as a person edits it (a JSON string's content unescaped)
     by_model: bool = False  # written by a model job (it can be reported)
     reports: tuple[Any, ...] = ()  # this person's problem reports on it
+    written_by: str = ""  # model | person | "" (template text, form values)
+    confidence: confidence.ConfidenceView | None = None  # None: not the model's text
+    segments: tuple[tuple[str, bool], ...] = ()  # ``value`` cut at the low-confidence marks
+    previous: str = ""  # the text a regenerate replaced (shown beside the new one)
+
+    @property
+    def low(self) -> bool:
+        """Model text flagged low-confidence, still to be reviewed or accepted anyway."""
+        return self.confidence is not None and self.confidence.low
+
+    @property
+    def review_rank(self) -> tuple[int, int]:
+        """Flagged spans first in the review list, then document order."""
+        return (0 if self.low and self.status == Fragment.Status.PROVISIONAL else 1,
+                self.position)  # fmt: skip
 
     @property
     def description(self) -> str:
@@ -135,14 +154,29 @@ class FragmentRow:
     @classmethod
     def of(cls, fragment: Fragment) -> FragmentRow:
         spec = fragment.spec or {}
+        context = spec.get("context", "")
+        value = docformat.unescape_for(fragment.text, context)
+        by_model = fragment.job_id is not None and fragment.written_by != "person"
+        measured = fragment.confidence or {}
+        segments = tuple((docformat.unescape_for(piece, context), marked) for piece, marked in
+                         confidence.marked_segments(fragment.text, measured.get("marks", [])))
+        if "".join(piece for piece, _ in segments) != value:  # an escape cut by a mark
+            segments = ((value, False),)
+        previous = ""
+        if by_model and fragment.job is not None:
+            for target in fragment.job.target_fragments:
+                if target.get("fragment") == fragment.id and target.get("previous"):
+                    previous = docformat.unescape_for(str(target["previous"]), context)
         return cls(
             id=fragment.id, position=fragment.position, kind=fragment.kind, name=fragment.name,
             text=fragment.text, locked=fragment.locked, status=fragment.status,
             status_display=fragment.get_status_display(),
             label=checks.fragment_display_label(fragment),
             hint=str(spec.get("hint") or ""),
-            value=docformat.unescape_for(fragment.text, spec.get("context", "")),
-            by_model=fragment.job_id is not None,
+            value=value, by_model=by_model, written_by=fragment.written_by,
+            confidence=confidence.confidence_view(measured) if by_model and fragment.text
+            else None,
+            segments=segments, previous=previous if previous != value else "",
         )  # fmt: skip
 
 
@@ -151,7 +185,7 @@ def _draft_context(draft: Draft, values: dict[str, Any] | None = None,
     latest = selectors.job_latest_for_draft(draft=draft)
     return {
         "draft": draft,
-        "fragments": [FragmentRow.of(f) for f in draft.fragments.all()],
+        "fragments": [FragmentRow.of(f) for f in draft.fragments.select_related("job")],
         "fields": form_fields(draft.template_version.fields,
                               draft.values if values is None else values, errors or {}),
         "active_job": selectors.job_active_for_draft(draft=draft),
@@ -161,6 +195,8 @@ def _draft_context(draft: Draft, values: dict[str, Any] | None = None,
         "has_provisional": selectors.draft_has_provisional(draft=draft),
         "status": selectors.draft_status(draft=draft),
         "latest_revision": selectors.draft_revision_list(draft=draft).first(),
+        "notes": selectors.draft_model_notes(draft=draft),
+        "variations": VARIATION_CHOICES,
     }  # fmt: skip
 
 
@@ -272,6 +308,7 @@ def fragment_regenerate(request: HttpRequest, draft_id: int) -> HttpResponse:
         job = services.fragment_regenerate(
             fragment=fragment, user=request.user, preset=request.POST.get("preset", "balanced"),
             start=start, end=end,
+            variation=request.POST.get("variation") or services.DEFAULT_VARIATION,
         )  # fmt: skip
     except services.UserError as exc:
         messages.error(request, str(exc))
@@ -299,6 +336,8 @@ def _review_context(request: HttpRequest, draft: Draft, *, report_form: dict[str
             by_fragment.setdefault(report.fragment_id, []).append(report)
     context["fragments"] = [replace(row, reports=tuple(by_fragment.get(row.id, ())))
                             for row in context["fragments"]]  # fmt: skip
+    context["review_rows"] = sorted((row for row in context["fragments"] if row.kind == "fill"),
+                                    key=lambda row: row.review_rank)  # fmt: skip
     context["report_reasons"] = ProblemReport.Reason.choices
     context["report_form"] = report_form or {}
     context["diff_lines"] = _diff_lines(selectors.revision_diff(draft=draft))
@@ -359,11 +398,13 @@ def fragment_review(request: HttpRequest, draft_id: int, fragment_id: int) -> Ht
     action = request.POST.get("action", "")
     text = post_text(request.POST, "text") if "text" in request.POST else None
     try:
-        services.fragment_review(fragment=fragment, action=action, user=request.user, text=text)
+        services.fragment_review(fragment=fragment, action=action, user=request.user, text=text,
+                                 accept_anyway=request.POST.get("accept_anyway") == "1")  # fmt: skip
     except services.UserError as exc:
         messages.error(request, str(exc))
     else:
-        done = {"accept": "accepted", "reject": "rejected", "edit": "saved"}.get(action, action)
+        done = {"accept": "accepted", "reject": "rejected", "edit": "saved",
+                "write": "saved as written by you"}.get(action, action)  # fmt: skip
         messages.success(request, f"{fragment_label(fragment)} {done}.")
     return HttpResponseRedirect(reverse("drafting:draft_review", args=[draft.id])
                                 + f"#span-{fragment.id}")  # fmt: skip
@@ -424,8 +465,15 @@ def job_detail(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
          "stable": hole.get("stable", ""), "provisional": hole.get("provisional", "")}
         for name, hole in state["progress"]["holes"].items()
     ]  # fmt: skip
-    return render(request, "drafting/job_detail.html", {"job": job, "state": state,
-                                                        "holes": holes})  # fmt: skip
+    domain = confidence.result_domain(job.result) or (
+        confidence.version_domain(job.draft.template_version) if job.draft else None)
+    return render(request, "drafting/job_detail.html", {
+        "job": job, "state": state, "holes": holes,
+        "needs_person": confidence.result_needs_person(job.result),
+        "domain_unfamiliar": bool(domain and domain["unfamiliar"]),
+        "domain_warning": confidence.DOMAIN_WARNING,
+        "measured": isinstance(job.result, dict) and "confidence" in job.result,
+    })  # fmt: skip
 
 
 @login_required

@@ -15,6 +15,9 @@ from tests.drafting.helpers import VALUES, provisional_draft
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 ACCEPT_DRAFT = re.compile(r"^Accept (draft|this text)")
+# Each element's text as a sighted reader sees it (without the words only a screen reader hears).
+SEEN_TEXT = """els => els.map(e => { const c = e.cloneNode(true);
+    c.querySelectorAll('.visually-hidden').forEach(h => h.remove()); return c.textContent; })"""
 
 
 def referral_draft(alice: Any) -> Draft:
@@ -231,6 +234,7 @@ def test_regenerating_a_span_gives_different_text(
     live_server: Any, page: Any, alice: Any, referral: None, dispatched: list[str],
     job_in_background: Any,
 ) -> None:  # fmt: skip
+    from drafting.confidence import confidence_view
     from drafting.models import InfillJob
     from tests.browser.pages import job_id_of, watch_job
 
@@ -240,11 +244,23 @@ def test_regenerating_a_span_gives_different_text(
     page.get_by_role("button", name="Fill unlocked").click()
     assert watch_job(page, job_id_of(page), job_in_background) == "succeeded"
     texts = [draft.fragments.get(name="summary").text]
-    for _ in range(2):
+    words = {v.words for v in map(confidence_view, [{}, {"p": 0.1, "low": True}, {"p": 0.9},
+                                                    {"p": 0.5}])}  # fmt: skip
+    for variation in ("Different", "Very different (less careful)"):
         page.goto(f"{live_server.url}/drafts/{draft.id}/review/")
+        page.get_by_label("How different for Clinical summary").select_option(label=variation)
         page.get_by_role("button", name="Regenerate Clinical summary").click()
         job_id = job_id_of(page)
         assert watch_job(page, job_id, job_in_background) == "succeeded"
-        assert InfillJob.objects.get(pk=job_id).config["temperature"] > 0
+        job = InfillJob.objects.get(pk=job_id)
+        assert job.config["temperature"] > 0
+        assert job.target_fragments[0]["previous"] == texts[-1]  # the job keeps both texts
         texts.append(draft.fragments.get(name="summary").text)
+        page.goto(f"{live_server.url}/drafts/{draft.id}/review/")
+        card = span_card(page, "Clinical summary")
+        # The worker's confidence (or, from a worker that measures none, that it was not).
+        assert any(w in card.locator(".confidence").inner_text() for w in words)
+        if texts[-1] != texts[-2]:  # the previous text stands beside the new one
+            shown = card.locator(".compare blockquote").evaluate_all(SEEN_TEXT)
+            assert shown == [texts[-1], texts[-2]]
     assert texts[1] != texts[2] and len(set(texts)) >= 2, texts

@@ -39,13 +39,22 @@ def fill(draft: Draft, name: str) -> Fragment:
     return draft.fragments.get(kind=Fragment.Kind.FILL, name=name)
 
 
-def job_succeed(job: InfillJob, texts: dict[str, str] | None = None) -> InfillJob:
-    """What a worker does when a job succeeds: the result, then the draft's provisional text."""
+def job_succeed(job: InfillJob, texts: dict[str, str] | None = None,
+                **extra: Any) -> InfillJob:  # fmt: skip
+    """What a worker does when a job succeeds: the result, then the draft's provisional text.
+
+    ``extra`` adds result keys (``confidence`` keyed by hole *name*, ``domain``,
+    ``needs_person``), as the worker writes them; a job without them is an older job."""
     holes = {t["hole"]: (texts or FILLS).get(t["hole"].rsplit("_", 1)[0], "model text")
              for t in job.target_fragments}  # fmt: skip
+    if isinstance(extra.get("confidence"), dict):  # by name here; the result is keyed by hole
+        by_name = extra["confidence"]
+        extra["confidence"] = {t["hole"]: by_name[t["hole"].rsplit("_", 1)[0]]
+                               for t in job.target_fragments
+                               if t["hole"].rsplit("_", 1)[0] in by_name}  # fmt: skip
     InfillJob.objects.filter(pk=job.pk).update(
         state=InfillJob.State.SUCCEEDED,
-        result={"holes": holes, "document": "", "violations": [], "run_id": "r1"},
+        result={"holes": holes, "document": "", "violations": [], "run_id": "r1", **extra},
     )
     job.refresh_from_db()
     services.draft_apply_job_result(job=job)

@@ -194,20 +194,26 @@
       if (job.final) {
         document.getElementById("cancel-form").hidden = true;
         document.getElementById("provisional").hidden = job.state === "succeeded";
+        // What the model said about its own text: a guess needs a person; an unfamiliar template.
+        var result = job.result || {};
+        var needs = document.getElementById("needs-person");
+        if (needs) { needs.hidden = result.needs_person !== true; }
+        var domain = document.getElementById("domain-warning");
+        if (domain) { domain.hidden = !(result.domain && result.domain.unfamiliar === true); }
         if (job.state === "succeeded") {
           var link = document.getElementById("review-link");
           if (link && job.urls.review) { link.hidden = false; }
           if (!job.draft && job.result) {
-            var result = document.getElementById("result");
-            result.innerHTML = "";
+            var resultBox = document.getElementById("result");
+            resultBox.innerHTML = "";
             var h = document.createElement("h2");
             h.innerHTML = 'Result <span class="badge provisional">provisional</span>';
             var pre = document.createElement("pre");
             pre.className = "final";
             pre.textContent = job.result.document;
-            result.appendChild(h);
-            result.appendChild(pre);
-            result.hidden = false;
+            resultBox.appendChild(h);
+            resultBox.appendChild(pre);
+            resultBox.hidden = false;
           }
         }
       }
