@@ -14,15 +14,16 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from drafting import docformat, metrics, signals
+from drafting.admission import admission_check
 from drafting.authoring import template_version_create  # noqa: F401 (re-exported)
 from drafting.checks import draft_document_violations, version_parse
 from drafting.confidence import span_confidence_clean
-from drafting.errors import AdmissionError, ConflictError, UserError
+from drafting.errors import AdmissionError, ConflictError, UserError  # noqa: F401 (AdmissionError: re-exported)
 from drafting.models import (
     Draft,
     DraftRevision,
@@ -47,7 +48,6 @@ MIN_UNLOCKED_HOLE_TOKENS = 4
 # (argmax), so it samples (SamplerConfig.temperature); the variation a person picks sets how far.
 VARIATIONS = {"small": 0.5, "medium": 0.8, "large": 1.2}
 DEFAULT_VARIATION = "medium"
-ADMISSION_LOCK_KEY = 0x5374656E63696C  # the advisory lock every job admission takes ("Stencil")
 RUN_INFILL_TASK = "gpu_worker.tasks.run_infill"  # enqueued by name: the web app never imports the worker
 
 
@@ -437,39 +437,6 @@ def canvas_request_check(request: Any) -> dict[str, Any]:
     return request
 
 
-def _admission_lock() -> None:
-    """Serialise admission for the rest of the transaction: the counts below and the insert
-    that follows them are one step for every concurrent request (PostgreSQL advisory lock;
-    SQLite already writes one transaction at a time)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ADMISSION_LOCK_KEY])
-
-
-def _admission_check(*, owner: Any) -> None:
-    try:
-        _admission_limits(owner=owner)
-    except AdmissionError as exc:
-        metrics.ADMISSION_REFUSALS.labels(reason=exc.reason).inc()
-        raise
-
-
-def _admission_limits(*, owner: Any) -> None:
-    _admission_lock()
-    active = InfillJob.objects.filter(
-        state__in=[InfillJob.State.QUEUED, InfillJob.State.RUNNING, InfillJob.State.VALIDATING]
-    )
-    if active.filter(owner=owner).count() >= settings.STENCIL_MAX_QUEUED_JOBS_PER_USER:
-        raise AdmissionError(
-            f"you already have {settings.STENCIL_MAX_QUEUED_JOBS_PER_USER} jobs waiting; "
-            "try again when one finishes",
-            retry_after=10, reason="user_limit",
-        )  # fmt: skip
-    if active.count() >= settings.STENCIL_MAX_QUEUED_JOBS:
-        raise AdmissionError("the service is busy; try again shortly", retry_after=30,
-                             reason="global_limit")  # fmt: skip
-
-
 def infill_job_create(
     *, owner: Any, request: dict[str, Any], preset: str = "balanced",
     draft: Draft | None = None, targets: list[dict[str, Any]] | None = None,
@@ -490,7 +457,7 @@ def infill_job_create(
     if seed is None:
         seed = secrets.randbelow(2**31)
     with transaction.atomic():
-        _admission_check(owner=owner)
+        admission_check(owner=owner)
         job = InfillJob.objects.create(
             owner=owner,
             draft=draft,
