@@ -64,10 +64,15 @@ class LoadedModel:
 
     def fit_config(self, config: SamplerConfig) -> SamplerConfig:
         """``config`` as this model can run it: a network without a window forward runs a
-        cached preset without its cache (``cache="none"``, exact). Resolve a request's config
-        with it before freezing it, so the frozen config says what ran."""
+        cached preset without its cache (``cache="none"``, exact); a block-diffusion network
+        (``attention_block``) decodes its own attention blocks (``block_scope="attention"``).
+        Resolve a request's config with it before freezing it, so the frozen config says what
+        ran."""
         if config.cache != "none" and not self.has_window_forward:
-            return config.replace(cache="none")
+            config = config.replace(cache="none")
+        block = int(getattr(self.network, "attention_block", 0))
+        if block:
+            config = config.replace(block_scope="attention", block_length=block)
         return config
 
 
