@@ -50,6 +50,9 @@ class LoadedModel:
     # Which code runs the network: "stencil" (the shipped models), a native family ("llada",
     # "dream", see gpu_worker.engine.native) or "transformers" (a transformers masked LM).
     family: str = "stencil"
+    # An instruction model's chat turn before the document (the directory's
+    # stencil-preamble.json, gpu_worker.engine.preamble.Preamble), or None.
+    preamble: Any = None
 
     def identity(self) -> dict[str, Any]:
         """What names this model in an outcome and an audit record."""
