@@ -8,8 +8,8 @@
 
 Anything else is refused with one line naming the file and the fix (a block-diffusion
 checkpoint with the reason). A ``stencil-preamble.json`` beside the weights is an instruction
-model's chat turn, placed before every document (:mod:`gpu_worker.engine.preamble`). The dtype the weights are held in is the operator's
-``STENCIL_MODEL_DTYPE`` (``auto``: bf16 on a GPU, fp32 on the CPU); the shipped models are
+model's chat turn, placed before every document (:mod:`gpu_worker.engine.preamble`). The dtype
+the weights are held in is the operator's ``STENCIL_MODEL_DTYPE`` (``auto``: bf16 on a GPU, fp32 on the CPU); the shipped models are
 always fp32.
 """
 
