@@ -205,7 +205,7 @@ def parse_canvas(
     if not isinstance(segments, list) or not segments:
         raise ValueError("segments must be a non-empty list of {'text'} / {'hole'} objects")
     canvas = build_canvas(segments, tokenizer, max_len=max_len, vocab_size=vocab_size)
-    _refuse_special_text("purpose", purpose, tokenizer)
+    _refuse_special_text("purpose", purpose, _special_spellings(tokenizer))
     canvas.seed = seed
     canvas.sampler = dict(sampler)
     canvas.purpose = purpose
@@ -240,21 +240,28 @@ def build_canvas(
         items.extend(_flatten_segment(index, segment, groups))
     if not any(item.text is None for item in items):
         raise ValueError("the canvas has no hole to fill")
+    specials = _special_spellings(tokenizer)
     for item in items:
         if item.text is not None:
-            _refuse_special_text(f"{item.name or item.group}.text", item.text, tokenizer)
+            _refuse_special_text(f"{item.name or item.group}.text", item.text, specials)
     for name, hole in groups.items():
-        _refuse_special_text(f"hole {name!r}'s hint", str(hole.get("hint", "")), tokenizer)
+        _refuse_special_text(f"hole {name!r}'s hint", str(hole.get("hint", "")), specials)
     return _tokenize(items, groups, tokenizer, table, max_len)
 
 
-def _refuse_special_text(where: str, text: str, tokenizer: StencilTokenizer) -> None:
+def _special_spellings(tokenizer: StencilTokenizer) -> list[str]:
+    """The text of each of the tokenizer's special tokens."""
+    added = tokenizer.tok.get_added_tokens_decoder().values()
+    return [token.content for token in added if token.special and token.content]
+
+
+def _refuse_special_text(where: str, text: str, specials: list[str]) -> None:
     """ValueError for request text that spells one of the model's special tokens: they may
     stand only in the operator's preamble (gpu_worker.engine.preamble), never in a document."""
-    for token in tokenizer.tok.get_added_tokens_decoder().values():
-        if token.special and token.content and token.content in text:
+    for special in specials:
+        if special in text:
             raise ValueError(
-                f"{where} holds {token.content!r}, a special token of this model: special "
+                f"{where} holds {special!r}, a special token of this model: special "
                 "tokens may stand only in the model's preamble, not in the document"
             )
 

@@ -140,3 +140,11 @@ def test_a_preamble_file_that_cannot_be_used_is_named_with_the_fix(
         load_backend(directory)
     message = str(caught.value)
     assert named in message and PREAMBLE_FILE in message and "\n" not in message
+
+
+def test_without_a_preamble_a_special_token_in_the_document_is_refused_too() -> None:
+    loaded = load_backend(FIXTURES / "dream-tiny")
+    request = {"segments": [{"text": "Dear <|im_start|>"}, {"hole": "name", "max_tokens": 3}]}
+    with pytest.raises(ValueError) as caught:
+        infill_request(loaded, request)
+    assert "'<|im_start|>', a special token of this model" in str(caught.value)
