@@ -228,6 +228,8 @@ SCHEMAS: dict[str, Any] = {
                 _object({
                     "hole": {"type": "string"},
                     "max_tokens": {"type": "integer", "minimum": 1, "maximum": 256},
+                    "hint": {"type": "string", "maxLength": 500,
+                             "description": "what the hole holds (an instruct model reads it)"},
                     "constraint": _object({
                         "pattern": {"type": "string"},
                         "choices": {"type": "array", "items": {"type": "string"}},
@@ -237,6 +239,8 @@ SCHEMAS: dict[str, Any] = {
             ]}},
             "seed": {"type": "integer", "minimum": 0},
             "sampler": {"type": "object", "description": "SamplerConfig overrides"},
+            "purpose": {"type": "string", "maxLength": 2000,
+                        "description": "what the document is for (an instruct model reads it)"},
             "preset": PRESET,
         },
     },  # fmt: skip

@@ -328,6 +328,8 @@ def _hole_for(fragment: Fragment) -> dict[str, Any]:
         max_tokens = rewrite_budget(fragment.text)
     hole: dict[str, Any] = {"hole": f"{fragment.name or 'span'}_{fragment.id}",
                             "max_tokens": max_tokens}
+    if isinstance(spec.get("hint"), str) and spec["hint"].strip():  # read by an instruct model's preamble
+        hole["hint"] = spec["hint"][:MAX_HINT_CHARS]
     if spec.get("constraint"):
         hole["constraint"] = spec["constraint"]
     elif spec.get("context") == docformat.CONTEXT_JSON_STRING:
@@ -362,12 +364,18 @@ def draft_canvas_plan(*, draft: Draft, fragment_ids: list[int] | None = None) ->
                 segments[-1]["text"] += fragment.text
             else:
                 segments.append({"text": fragment.text})
-    return CanvasPlan(request={"segments": segments}, targets=plan_targets)
+    request: dict[str, Any] = {"segments": segments}
+    purpose = draft.template_version.template.description.strip()
+    if purpose:  # what the document is for, read by an instruct model's preamble
+        request["purpose"] = purpose[:MAX_PURPOSE_CHARS]
+    return CanvasPlan(request=request, targets=plan_targets)
 
 
-CANVAS_KEYS = {"segments", "seed", "sampler"}
+CANVAS_KEYS = {"segments", "seed", "sampler", "purpose"}
 SEGMENT_TEXT_KEYS = {"text"}
-SEGMENT_HOLE_KEYS = {"hole", "max_tokens", "constraint"}
+SEGMENT_HOLE_KEYS = {"hole", "max_tokens", "constraint", "hint"}
+MAX_PURPOSE_CHARS = 2000  # an instruct model's preamble reads the purpose and the hints
+MAX_HINT_CHARS = 500
 
 
 def canvas_request_check(request: Any) -> dict[str, Any]:
@@ -377,6 +385,9 @@ def canvas_request_check(request: Any) -> dict[str, Any]:
     unknown = set(request) - CANVAS_KEYS
     if unknown:
         raise UserError(f"unknown canvas field(s): {', '.join(sorted(unknown))}")
+    purpose = request.get("purpose", "")
+    if not isinstance(purpose, str) or len(purpose) > MAX_PURPOSE_CHARS:
+        raise UserError(f"purpose must be a string of at most {MAX_PURPOSE_CHARS} characters")
     segments = request.get("segments")
     if not isinstance(segments, list) or not segments:
         raise UserError("segments must be a non-empty list")
@@ -399,6 +410,9 @@ def canvas_request_check(request: Any) -> dict[str, Any]:
         extra = set(segment) - SEGMENT_HOLE_KEYS
         if extra:
             raise UserError(f"segment {i}: unknown field(s) {', '.join(sorted(extra))}")
+        hint = segment.get("hint", "")
+        if not isinstance(hint, str) or len(hint) > MAX_HINT_CHARS:
+            raise UserError(f"segment {i}: hint must be a string of at most {MAX_HINT_CHARS} characters")
         name, max_tokens = segment["hole"], segment.get("max_tokens")
         if not isinstance(name, str) or not name or name in names:
             raise UserError(f"segment {i}: hole names must be unique non-empty strings")

@@ -1,4 +1,4 @@
-"""GPU check: the real LLaDA-8B and Dream-7B shapes, random weights, in bf16 on one GPU.
+"""GPU check: the real LLaDA-8B, Dream-7B and SDAR-8B shapes, random weights, in bf16 on one GPU.
 
 Not a test: it measures and writes ``REPORT.md`` and ``results.json`` into ``--out`` (default
 bench/gpu). For each family it writes a random-weight checkpoint at the real shape as the Hub
@@ -50,7 +50,7 @@ from gpu_worker.engine.native.transformer import NativeTransformer  # noqa: E402
 from gpu_worker.engine.sampler import denoise_batch  # noqa: E402
 from gpu_worker.engine.tokenizer import StencilTokenizer  # noqa: E402
 
-# config.json of each family at its real size (LLaDA-8B-Base's and Dream-v0-Base-7B's keys);
+# config.json of each family at its real size (LLaDA-8B-Base's, Dream-v0-Base-7B's and SDAR-8B-Chat's keys);
 # the ids of the special tokens are set from the check's tokenizer.
 REAL_SHAPES: dict[str, dict[str, Any]] = {
     "llada": {
@@ -68,12 +68,22 @@ REAL_SHAPES: dict[str, dict[str, Any]] = {
         "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "hidden_act": "silu", "rope_scaling": None,
         "tie_word_embeddings": False, "use_sliding_window": False,
     },
+    "sdar": {  # SDAR-8B-Chat's keys
+        "model_type": "sdar", "architectures": ["SDARForCausalLM"], "hidden_size": 4096,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+        "num_hidden_layers": 36, "intermediate_size": 12288, "vocab_size": 151936,
+        "max_position_embeddings": 32768, "rope_theta": 1000000, "rms_norm_eps": 1e-6,
+        "hidden_act": "silu", "rope_scaling": None, "tie_word_embeddings": False,
+        "use_sliding_window": False, "attention_bias": False, "block_size": 4,
+    },
 }  # fmt: skip
 TINY = {  # the same keys at toy sizes (--tiny)
     "llada": {"d_model": 64, "n_heads": 4, "n_kv_heads": 4, "n_layers": 2, "mlp_hidden_size": 128,
               "vocab_size": 1024, "embedding_size": 1024, "max_sequence_length": 2048},
     "dream": {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
               "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 1024},
+    "sdar": {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24,
+             "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 1024},
 }  # fmt: skip
 CANVASES = (256, 1024)  # forward timings
 TINY_RUN = {"lengths": [32, 64], "locked_tokens": 24, "hole_tokens": 8, "repeats": 1}  # --tiny
@@ -220,7 +230,7 @@ def check_family(family: str, shape: dict[str, Any], args: argparse.Namespace, w
             out[f"forward_ms_{length}"] = round(median_ms(functools.partial(network, ids), device, args.repeats), 2)
     canvas = canvas_for(loaded, args.locked_tokens, args.hole_tokens)
     out["canvas_tokens"] = canvas.length
-    balanced = PRESETS["balanced"]
+    balanced = loaded.fit_config(PRESETS["balanced"])  # SDAR: the model's attention blocks
     cached = denoise_stats(loaded, [canvas], balanced, device)
     exact = denoise_stats(loaded, [canvas], balanced.replace(cache="none"), device)
     out["denoise_balanced"] = cached
@@ -243,7 +253,7 @@ def device_label(device: torch.device) -> str:
 
 def report(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
-        "# GPU check: LLaDA-8B and Dream-7B shapes, random weights, bf16",
+        "# GPU check: LLaDA-8B, Dream-7B and SDAR-8B shapes, random weights, bf16",
         "",
         f"Device: {meta['device']}. Command: `{meta['command']}`. Shapes: "
         f"{'toy (--tiny)' if meta['tiny'] else 'the real checkpoints'}. Random weights give "

@@ -7,8 +7,9 @@
   (:mod:`gpu_worker.engine.external`).
 
 Anything else is refused with one line naming the file and the fix (a block-diffusion
-checkpoint with the reason). The dtype the weights are held in is the operator's
-``STENCIL_MODEL_DTYPE`` (``auto``: bf16 on a GPU, fp32 on the CPU); the shipped models are
+checkpoint with the reason). A ``stencil-preamble.json`` beside the weights is an instruction
+model's chat turn, placed before every document (:mod:`gpu_worker.engine.preamble`). The dtype
+the weights are held in is the operator's ``STENCIL_MODEL_DTYPE`` (``auto``: bf16 on a GPU, fp32 on the CPU); the shipped models are
 always fp32.
 """
 
@@ -53,18 +54,27 @@ def load_backend(
     from gpu_worker.engine.checkpoint import is_hf_directory, read_hf_config
     from gpu_worker.engine.external import load_external
     from gpu_worker.engine.native import family_of, load_native, refuse_block_diffusion
+    from gpu_worker.engine.preamble import check_preamble, load_preamble
 
     directory = Path(directory)
     device = torch.device(device)
+    preamble = load_preamble(directory)  # checked first: a bad file stops the load at once
     if not is_hf_directory(directory):
-        return _load_stencil(directory, device=device)
-    config = read_hf_config(directory)
-    refuse_block_diffusion(config, directory / "config.json")
-    weights_dtype = model_dtype(device, dtype)
-    family = family_of(config)
-    if family is not None:
-        return load_native(directory, config, family, device=device, dtype=weights_dtype)
-    return load_external(directory, device=device, trust_remote_code=trust_remote_code, dtype=weights_dtype)
+        loaded = _load_stencil(directory, device=device)
+    else:
+        config = read_hf_config(directory)
+        refuse_block_diffusion(config, directory / "config.json")
+        weights_dtype = model_dtype(device, dtype)
+        family = family_of(config)
+        if family is not None:
+            loaded = load_native(directory, config, family, device=device, dtype=weights_dtype)
+        else:
+            loaded = load_external(directory, device=device, trust_remote_code=trust_remote_code,
+                                   dtype=weights_dtype)  # fmt: skip
+    if preamble is not None:
+        check_preamble(preamble, loaded.tokenizer, directory)
+    loaded.preamble = preamble
+    return loaded
 
 
 def _load_stencil(directory: Path, *, device: torch.device) -> LoadedModel:

@@ -45,9 +45,9 @@ from gpu_worker.engine.tokenizer import StencilTokenizer, encode_before_word
 
 HoleConstraint = PatternConstraint | ChoiceConstraint
 FORCED_PREFIX = " "  # a locked text's trailing space moves into the next hole's first token
-_TOP_LEVEL_FIELDS = {"segments", "seed", "sampler"}
+_TOP_LEVEL_FIELDS = {"segments", "seed", "sampler", "purpose"}
 _TEXT_FIELDS = {"text"}
-_HOLE_FIELDS = {"hole", "max_tokens", "constraint"}
+_HOLE_FIELDS = {"hole", "max_tokens", "constraint", "hint"}
 _CONSTRAINT_KINDS = ("pattern", "choices", "schema")
 
 
@@ -98,6 +98,12 @@ class Canvas:
     seed: int = 0
     sampler: dict[str, Any] = field(default_factory=dict)  # the request's sampler overrides
     tokenizer: StencilTokenizer | None = None  # decodes hole texts for the result
+    # What the document is for (the template's purpose), for an instruction model's preamble
+    # (gpu_worker.engine.preamble); each hole's "hint" is in ``groups``.
+    purpose: str = ""
+    # Locked positions before the document (an instruction model's preamble, its chat turn):
+    # the model reads them, the document and the holes' texts never hold them.
+    preamble_length: int = 0
 
     @property
     def length(self) -> int:
@@ -192,12 +198,17 @@ def parse_canvas(
     sampler = data.get("sampler", {})
     if not isinstance(sampler, dict):
         raise ValueError(f"sampler={sampler!r} must be a JSON object of SamplerConfig fields")
+    purpose = data.get("purpose", "")
+    if not isinstance(purpose, str):
+        raise ValueError(f"purpose={purpose!r} must be a string (what the document is for)")
     segments = data.get("segments")
     if not isinstance(segments, list) or not segments:
         raise ValueError("segments must be a non-empty list of {'text'} / {'hole'} objects")
     canvas = build_canvas(segments, tokenizer, max_len=max_len, vocab_size=vocab_size)
+    _refuse_special_text("purpose", purpose, _special_spellings(tokenizer))
     canvas.seed = seed
     canvas.sampler = dict(sampler)
+    canvas.purpose = purpose
     return canvas
 
 
@@ -229,7 +240,30 @@ def build_canvas(
         items.extend(_flatten_segment(index, segment, groups))
     if not any(item.text is None for item in items):
         raise ValueError("the canvas has no hole to fill")
+    specials = _special_spellings(tokenizer)
+    for item in items:
+        if item.text is not None:
+            _refuse_special_text(f"{item.name or item.group}.text", item.text, specials)
+    for name, hole in groups.items():
+        _refuse_special_text(f"hole {name!r}'s hint", str(hole.get("hint", "")), specials)
     return _tokenize(items, groups, tokenizer, table, max_len)
+
+
+def _special_spellings(tokenizer: StencilTokenizer) -> list[str]:
+    """The text of each of the tokenizer's special tokens."""
+    added = tokenizer.tok.get_added_tokens_decoder().values()
+    return [token.content for token in added if token.special and token.content]
+
+
+def _refuse_special_text(where: str, text: str, specials: list[str]) -> None:
+    """ValueError for request text that spells one of the model's special tokens: they may
+    stand only in the operator's preamble (gpu_worker.engine.preamble), never in a document."""
+    for special in specials:
+        if special in text:
+            raise ValueError(
+                f"{where} holds {special!r}, a special token of this model: special "
+                "tokens may stand only in the model's preamble, not in the document"
+            )
 
 
 def _flatten_segment(index: int, segment: Any, groups: dict[str, dict[str, Any]]) -> list[_Item]:
@@ -242,7 +276,7 @@ def _flatten_segment(index: int, segment: Any, groups: dict[str, dict[str, Any]]
             raise ValueError(f"{where}: unknown field(s) {unknown} in a text segment")
         if not isinstance(segment["text"], str):
             raise ValueError(f"{where}.text must be a string, got {segment['text']!r}")
-        return [_Item(segment["text"], None)]
+        return [_Item(segment["text"], None, name=where)]
     if "hole" not in segment:
         raise ValueError(f"{where} needs a 'text' or a 'hole' field, got {sorted(segment)}")
     unknown = sorted(set(segment) - _HOLE_FIELDS)
@@ -253,6 +287,8 @@ def _flatten_segment(index: int, segment: Any, groups: dict[str, dict[str, Any]]
         raise ValueError(f"{where}.hole={name!r} must be a non-empty name without '.'")
     if name in groups:
         raise ValueError(f"duplicate hole name {name!r} at {where}")
+    if not isinstance(segment.get("hint", ""), str):
+        raise ValueError(f"{where}.hint={segment['hint']!r} must be a string (what the hole holds)")
     max_tokens = segment.get("max_tokens")
     if max_tokens is not None and (
         not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1

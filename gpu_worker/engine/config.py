@@ -27,7 +27,7 @@ CommitRule = Literal["even", "threshold", "margin", "entropy"]
 RemaskPolicy = Literal["none", "low_confidence"]
 Precision = Literal["fp32", "bf16"]
 CacheMode = Literal["none", "dual", "delayed"]
-BlockScope = Literal["canvas", "hole"]
+BlockScope = Literal["canvas", "hole", "attention"]
 
 SCHEMA_VERSION = 2
 SCHEMA_VERSIONS = (1, SCHEMA_VERSION)
@@ -108,7 +108,10 @@ class SamplerConfig:
     # attention stays bidirectional, so a block sees the locked text on both sides.
     block_length: int = 32
     # "canvas": a block packs the next block_length hole positions, across holes;
-    # "hole": a block never spans two holes (a short hole is a block of its own).
+    # "hole": a block never spans two holes (a short hole is a block of its own);
+    # "attention": a block is the hole positions inside one span of block_length canvas
+    # positions from position 0, the attention blocks of a block-diffusion model (set by
+    # LoadedModel.fit_config for such a model, which reads no text past its block).
     block_scope: BlockScope = "canvas"
     # `even` rule: the steps a block's masked positions are spread over (LLaDA's schedule:
     # ceil(masked left / steps left) per step). The threshold rules stop when a block is done.

@@ -18,6 +18,7 @@ from gpu_worker.engine.canvas import Canvas, parse_canvas
 from gpu_worker.engine.config import SamplerConfig, config_from_request
 from gpu_worker.engine.loaded import LoadedModel
 from gpu_worker.engine.outcome import DIFFUSION, Hooks, Outcome
+from gpu_worker.engine.preamble import preamble_ids, with_preamble
 from gpu_worker.engine.sampler import DenoiseResult, StepInfo, denoise_batch, model_int
 from gpu_worker.engine.trace import json_sha256
 from gpu_worker.engine.validation import validate
@@ -107,6 +108,9 @@ def infill_batch(
                 max_len=model_int(network, "max_len"),
                 vocab_size=model_vocab_size(loaded),
             )
+            if loaded.preamble is not None:  # an instruction model's chat turn, locked
+                canvas = with_preamble(canvas, preamble_ids(loaded.preamble, canvas, loaded.tokenizer),
+                                       max_len=model_int(network, "max_len"))  # fmt: skip
             configs.add(loaded.fit_config(config or config_from_request(canvas.sampler)))
         except ValueError as exc:
             outcomes.append(exc)

@@ -50,6 +50,9 @@ class LoadedModel:
     # Which code runs the network: "stencil" (the shipped models), a native family ("llada",
     # "dream", see gpu_worker.engine.native) or "transformers" (a transformers masked LM).
     family: str = "stencil"
+    # An instruction model's chat turn before the document (the directory's
+    # stencil-preamble.json, gpu_worker.engine.preamble.Preamble), or None.
+    preamble: Any = None
 
     def identity(self) -> dict[str, Any]:
         """What names this model in an outcome and an audit record."""
@@ -64,10 +67,15 @@ class LoadedModel:
 
     def fit_config(self, config: SamplerConfig) -> SamplerConfig:
         """``config`` as this model can run it: a network without a window forward runs a
-        cached preset without its cache (``cache="none"``, exact). Resolve a request's config
-        with it before freezing it, so the frozen config says what ran."""
+        cached preset without its cache (``cache="none"``, exact); a block-diffusion network
+        (``attention_block``) decodes its own attention blocks (``block_scope="attention"``).
+        Resolve a request's config with it before freezing it, so the frozen config says what
+        ran."""
         if config.cache != "none" and not self.has_window_forward:
-            return config.replace(cache="none")
+            config = config.replace(cache="none")
+        block = int(getattr(self.network, "attention_block", 0))
+        if block:
+            config = config.replace(block_scope="attention", block_length=block)
         return config
 
 

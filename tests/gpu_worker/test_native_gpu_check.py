@@ -1,5 +1,6 @@
-"""scripts/gpu-check at toy shapes on the CPU: the code a GPU machine runs at the real LLaDA-8B
-and Dream-7B shapes writes its report and JSON (the numbers are not checked: CPU timings)."""
+"""scripts/gpu-check at toy shapes on the CPU: the code a GPU machine runs at the real LLaDA-8B,
+Dream-7B and SDAR-8B shapes writes its report and JSON (the numbers are not checked: CPU
+timings)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_gpu_check_tiny_writes_a_report_for_both_families(tmp_path: Path) -> None:
+def test_gpu_check_tiny_writes_a_report_for_every_native_family(tmp_path: Path) -> None:
     out = tmp_path / "gpu"
     done = subprocess.run(
         [str(ROOT / "scripts" / "gpu-check"), "--tiny", "--device", "cpu", "--out", str(out),
@@ -21,7 +22,7 @@ def test_gpu_check_tiny_writes_a_report_for_both_families(tmp_path: Path) -> Non
     data = json.loads((out / "results.json").read_text())
     assert data["meta"]["tiny"] is True
     results = {r["family"]: r for r in data["results"]}
-    assert sorted(results) == ["dream", "llada"]
+    assert sorted(results) == ["dream", "llada", "sdar"]
     for r in results.values():
         assert r["precision"] == "bf16"
         assert r["load_s"] >= 0 and r["forward_ms_32"] > 0 and r["forward_ms_64"] > 0
@@ -29,7 +30,7 @@ def test_gpu_check_tiny_writes_a_report_for_both_families(tmp_path: Path) -> Non
         assert r["cache_speedup"] > 0
         assert sorted(r["jobs_per_s"]) == ["1", "4", "8"]
     report = (out / "REPORT.md").read_text()
-    assert "| llada |" in report and "| dream |" in report
+    assert "| llada |" in report and "| dream |" in report and "| sdar |" in report
     assert not list((tmp_path / "work").iterdir())  # the random checkpoints are removed
 
 

@@ -175,7 +175,7 @@ def test_an_unknown_architecture_with_code_needs_the_operators_permission(
         load_backend(directory)
 
 
-@pytest.mark.parametrize(("model_type", "name"), [("sdar", "SDAR"), ("llada2_moe", "LLaDA2"),
+@pytest.mark.parametrize(("model_type", "name"), [("sdar_moe", "SDAR-MoE"), ("llada2_moe", "LLaDA2"),
                                                   ("Fast_dLLM_Qwen", "Fast-dLLM v2")])  # fmt: skip
 def test_a_block_diffusion_checkpoint_is_refused_with_the_reason(
     tmp_path: Path, model_type: str, name: str
@@ -185,6 +185,17 @@ def test_a_block_diffusion_checkpoint_is_refused_with_the_reason(
     message = _refused(directory)
     assert f"{name} is a block-diffusion model" in message
     assert "causal across blocks" in message
+    assert "the block-diffusion family it runs is SDAR" in message
+
+
+def test_an_unknown_causal_lm_with_a_mask_token_and_a_block_size_is_refused_as_block_diffusion(
+    tmp_path: Path,
+) -> None:
+    directory = _copy("dream", tmp_path)
+    _edit_config(directory, model_type="blockdlm", architectures=["BlockDLMForCausalLM"], bd_size=32)
+    message = _refused(directory)
+    assert "blockdlm (bd_size=32) is a block-diffusion model" in message
+    assert "SDAR" in message
 
 
 def test_a_llada_variant_the_network_does_not_run_is_named(tmp_path: Path) -> None:

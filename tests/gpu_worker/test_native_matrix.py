@@ -1,6 +1,6 @@
-"""Every preset on every backend: the shipped Stencil network, native LLaDA and Dream, and
-transformers' BERT and ModernBERT masked LMs fill a canvas and keep its locked text
-byte-identical. A backend without a window forward runs a cached preset without its cache,
+"""Every preset on every backend: the shipped Stencil network, native LLaDA, Dream and SDAR (block
+diffusion), and transformers' BERT and ModernBERT masked LMs fill a canvas and keep its locked
+text byte-identical. A backend without a window forward runs a cached preset without its cache,
 and the config it ran says so."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ REQUEST = {
                  {"hole": "signature", "max_tokens": 4}],
     "seed": 3,
 }  # fmt: skip
-BACKENDS = ["stencil", "llada", "dream", "bert", "modernbert"]
+BACKENDS = ["stencil", "llada", "dream", "sdar", "bert", "modernbert"]
 
 
 def _hf_masked_lm(directory: Path, tokenizer: StencilTokenizer, kind: str) -> Path:
@@ -62,6 +62,7 @@ def backends(tmp_path_factory: pytest.TempPathFactory, tokenizer: StencilTokeniz
         "stencil": load_backend(model_dir),
         "llada": load_backend(FIXTURES / "llada-tiny"),
         "dream": load_backend(FIXTURES / "dream-tiny"),
+        "sdar": load_backend(FIXTURES / "sdar-tiny"),
         "bert": load_backend(_hf_masked_lm(tmp_path_factory.mktemp("bert"), tokenizer, "bert")),
         "modernbert": load_backend(
             _hf_masked_lm(tmp_path_factory.mktemp("modernbert"), tokenizer, "modernbert")
@@ -85,7 +86,7 @@ def test_every_preset_on_every_backend_keeps_the_locked_text(
 
 
 def test_native_backends_keep_a_cached_presets_cache(backends: dict[str, LoadedModel]) -> None:
-    for name in ("stencil", "llada", "dream"):
+    for name in ("stencil", "llada", "dream", "sdar"):
         assert backends[name].fit_config(PRESETS["balanced"]).cache == "dual"
     for name in ("bert", "modernbert"):
         assert backends[name].fit_config(PRESETS["balanced"]).cache == "none"

@@ -3,8 +3,10 @@
 A Hugging Face model directory whose config.json names a family here (``model_type`` /
 ``architectures``) is loaded into :class:`~gpu_worker.engine.native.transformer.NativeTransformer`
 from its safetensors, weight names mapped from the checkpoint's (see :mod:`.llada`,
-:mod:`.dream`); its own ``modeling_*.py`` is never imported. Block-diffusion checkpoints
-(LLaDA2, SDAR, Fast-dLLM v2) are refused with the reason: they need block-causal attention.
+:mod:`.dream`, :mod:`.sdar`); its own ``modeling_*.py`` is never imported. SDAR is a
+block-diffusion family, run with its block-causal attention and block cache; every other
+block-diffusion checkpoint (LLaDA2, SDAR's MoE, Fast-dLLM v2, or any causal LM with a mask
+token and a block size) is refused with the reason.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from gpu_worker.engine.checkpoint import (
     weights_sha256,
 )
 from gpu_worker.engine.loaded import LoadedModel, file_sha256
-from gpu_worker.engine.native import dream, llada
+from gpu_worker.engine.native import dream, llada, sdar
 from gpu_worker.engine.native.transformer import NativeConfig, NativeTransformer
 from gpu_worker.engine.native.weights import Target, load_into, materialise
 
@@ -47,16 +49,19 @@ class Family:
 FAMILIES = (
     Family("llada", llada.is_llada, llada.read_config, llada.weight_map, llada.ignored),
     Family("dream", dream.is_dream, dream.read_config, dream.weight_map, dream.ignored),
+    Family("sdar", sdar.is_sdar, sdar.read_config, sdar.weight_map, sdar.ignored),
 )
 
-# Block-diffusion families: bidirectional inside a block, causal across blocks. Run with full
-# bidirectional attention they would see text they were never trained to see; with their own
-# code's 2D-mask path, left context only. Refused until Stencil drives them with block attention.
+# Block-diffusion families Stencil does not run: bidirectional inside a block, causal across
+# blocks, with networks of their own (mixture-of-experts layers, or Fast-dLLM v2's own block
+# layout). Run with full bidirectional attention they would see text they were never trained to
+# see; with their own code's 2D-mask path, left context only. Refused, naming what runs.
 BLOCK_DIFFUSION = {
     "llada2_moe": "LLaDA2", "LLaDA2MoeModelLM": "LLaDA2",
-    "sdar": "SDAR", "SDARForCausalLM": "SDAR", "sdar_moe": "SDAR", "SDARMoeForCausalLM": "SDAR",
+    "sdar_moe": "SDAR-MoE", "SDARMoeForCausalLM": "SDAR-MoE",
     "Fast_dLLM_Qwen": "Fast-dLLM v2", "Fast_dLLM_QwenForCausalLM": "Fast-dLLM v2",
 }  # fmt: skip
+BLOCK_KEYS = ("block_size", "bd_size", "block_length")  # how their config.json names the block
 
 
 def family_of(config: dict[str, Any]) -> Family | None:
@@ -65,14 +70,21 @@ def family_of(config: dict[str, Any]) -> Family | None:
 
 
 def refuse_block_diffusion(config: dict[str, Any], path: Path) -> None:
-    """CheckpointError for a block-diffusion checkpoint (see ``BLOCK_DIFFUSION``)."""
+    """CheckpointError for a block-diffusion checkpoint Stencil does not run: a family of
+    ``BLOCK_DIFFUSION``, or a causal LM with a mask token and a block size that is no native
+    family (a masked LM's ``block_size``, BigBird's sparse attention, is not one)."""
     names = [config.get("model_type"), *(config.get("architectures") or [])]
     family = next((BLOCK_DIFFUSION[n] for n in names if isinstance(n, str) and n in BLOCK_DIFFUSION), None)
+    if family is None and family_of(config) is None:
+        causal = any(str(a).endswith(("ForCausalLM", "LMHeadModel")) for a in config.get("architectures") or [])
+        block_key = next((k for k in BLOCK_KEYS if k in config), None)
+        if causal and block_key is not None and any(k in config for k in ("mask_token_id", "mask_id")):
+            family = f"{config.get('model_type') or 'this model'} ({block_key}={config[block_key]!r})"
     if family is not None:
         raise CheckpointError(
             f"{path}: {family} is a block-diffusion model (bidirectional inside a block, causal "
-            "across blocks); Stencil runs every position bidirectionally, which this model was "
-            "not trained for: use a LLaDA or Dream checkpoint"
+            "across blocks) whose network Stencil does not run; the block-diffusion family it "
+            "runs is SDAR (model_type sdar: SDAR-1.7B/4B/8B-Chat), and LLaDA and Dream"
         )
 
 

@@ -1,10 +1,13 @@
-"""Stencil's own forward for LLaMA-style bidirectional checkpoints (LLaDA, Dream).
+"""Stencil's own forward for LLaMA-style diffusion checkpoints (LLaDA, Dream, SDAR).
 
-One network for both families: pre-norm residual blocks of grouped-query attention with
-half-split rotary embeddings (the GPT-NeoX layout both families use) and a SwiGLU feed-forward,
-attending bidirectionally. What differs is read from the checkpoint's config.json into
-:class:`NativeConfig` (see :mod:`gpu_worker.engine.native.llada` and ``.dream``): qkv biases,
-where RoPE is computed in bf16, and whether logits are shifted. Dream is adapted from an
+One network for the three families: pre-norm residual blocks of grouped-query attention with
+half-split rotary embeddings (the GPT-NeoX layout they use) and a SwiGLU feed-forward. What
+differs is read from the checkpoint's config.json into :class:`NativeConfig` (see
+:mod:`gpu_worker.engine.native.llada`, ``.dream`` and ``.sdar``): qkv biases, per-head q/k
+norms, the head width, where RoPE is computed in bf16, whether logits are shifted, and the
+attention: bidirectional (LLaDA, Dream), or block-causal for a block-diffusion model (SDAR:
+bidirectional inside each block of ``block_size`` positions, causal across blocks; its cache
+is :mod:`gpu_worker.engine.native.block_cache`). Dream is adapted from an
 autoregressive model: its logits at position i predict token i+1, and its own generation reads
 position i from the logits of position i-1 (position 0 from its own). The network shifts them
 here, so the sampler reads position i from logits[i] for every backend.
@@ -34,7 +37,7 @@ from gpu_worker.engine.model import KVCache
 class NativeConfig:
     """The architecture of a native checkpoint, read from its config.json."""
 
-    family: str  # "llada" | "dream"
+    family: str  # "llada" | "dream" | "sdar"
     vocab_size: int  # embedding rows (may exceed the tokenizer's size)
     d_model: int
     n_layers: int
@@ -50,15 +53,21 @@ class NativeConfig:
     rope_fp32: bool  # LLaDA rotates q and k in fp32; Dream in the activations' dtype
     embed_scale: float = 1.0  # LLaDA's input_emb_norm multiplies embeddings by sqrt(C)
     logit_scale: float = 1.0  # LLaDA's scale_logits multiplies logits by 1/sqrt(C)
+    head_size: int = 0  # the head width when config.json names it (SDAR); 0: C / H
+    qk_norm: bool = False  # SDAR (Qwen3) RMS-norms each head's queries and keys before RoPE
+    # Block diffusion (SDAR): positions attend bidirectionally inside their block of
+    # block_size (from position 0) and causally to earlier blocks; 0: bidirectional everywhere.
+    block_size: int = 0
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.head_size or self.d_model // self.n_heads
 
     def num_parameters(self) -> int:
         d, f, hd = self.d_model, self.ffn_hidden, self.head_dim
         attention = d * (self.n_heads + 2 * self.n_kv_heads) * hd + self.n_heads * hd * d
         bias = (self.n_heads + 2 * self.n_kv_heads) * hd if self.qkv_bias else 0
+        bias += 2 * hd if self.qk_norm else 0
         per_layer = attention + bias + 3 * d * f + 2 * d
         head = 0 if self.tie_embeddings else self.vocab_size * d
         return self.n_layers * per_layer + self.vocab_size * d + d + head
@@ -118,6 +127,8 @@ class Attention(nn.Module):
         hd = cfg.head_dim
         self.qkv = nn.Linear(cfg.d_model, (cfg.n_heads + 2 * cfg.n_kv_heads) * hd, bias=cfg.qkv_bias)
         self.out = nn.Linear(cfg.n_heads * hd, cfg.d_model, bias=False)
+        self.q_norm = RMSNorm(hd, cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(hd, cfg.norm_eps) if cfg.qk_norm else None
 
     def forward(
         self,
@@ -132,8 +143,11 @@ class Attention(nn.Module):
         b, w, _ = x.shape
         hd = cfg.head_dim
         q, k, v = self.qkv(x).split([cfg.n_heads * hd, cfg.n_kv_heads * hd, cfg.n_kv_heads * hd], -1)
-        q = q.view(b, w, cfg.n_heads, hd).transpose(1, 2)  # [B, H, W, D]
-        k = k.view(b, w, cfg.n_kv_heads, hd).transpose(1, 2)  # [B, Hkv, W, D]
+        q = q.view(b, w, cfg.n_heads, hd)  # [B, W, H, D]
+        k = k.view(b, w, cfg.n_kv_heads, hd)  # [B, W, Hkv, D]
+        if self.q_norm is not None and self.k_norm is not None:  # per head, before RoPE
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # [B, H, W, D], [B, Hkv, W, D]
         v = v.view(b, w, cfg.n_kv_heads, hd).transpose(1, 2)
         q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
         if past is not None and window is not None:
@@ -188,11 +202,11 @@ class Block(nn.Module):
 
 
 class NativeTransformer(nn.Module):
-    """``logits = model(ids, attention_mask)`` over a LLaDA or Dream checkpoint's weights."""
+    """``logits = model(ids, attention_mask)`` over a LLaDA, Dream or SDAR checkpoint's weights."""
 
     def __init__(self, cfg: NativeConfig, *, mask_id: int, pad_id: int, eos_id: int) -> None:
         super().__init__()
-        if cfg.d_model % cfg.n_heads or cfg.n_heads % cfg.n_kv_heads:
+        if (not cfg.head_size and cfg.d_model % cfg.n_heads) or cfg.n_heads % cfg.n_kv_heads:
             raise ValueError(
                 f"d_model={cfg.d_model}, n_heads={cfg.n_heads}, n_kv_heads={cfg.n_kv_heads}: "
                 "the width must split into heads and the heads into key/value groups"
@@ -200,6 +214,8 @@ class NativeTransformer(nn.Module):
         self.config = cfg
         self.mask_id, self.pad_id, self.eos_id = mask_id, pad_id, eos_id
         self.max_len = cfg.max_len
+        # The sampler's blocks must be these attention blocks (LoadedModel.fit_config); 0: any.
+        self.attention_block = cfg.block_size
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
@@ -271,7 +287,13 @@ class NativeTransformer(nn.Module):
 
     def forward_cache(self, mode: str) -> model_cache.ExactForward | model_cache.DualCache:
         """The sampler's forward passes over this network for one batch ("none", "dual" or
-        "delayed"): the Stencil transformer's, which need only ``forward_window``."""
+        "delayed"): the Stencil transformer's, which need only ``forward_window``; a
+        block-diffusion network's cached modes both run its exact block cache."""
+        if self.config.block_size and mode != "none":
+            from gpu_worker.engine.native.block_cache import BlockCache
+
+            model_cache.for_mode(self, mode)  # the mode's name is checked as for any network
+            return BlockCache(self, self.config.block_size)
         return model_cache.for_mode(self, mode)
 
     # -- internals ----------------------------------------------------------------------------
@@ -301,7 +323,8 @@ class NativeTransformer(nn.Module):
             if int(positions.max()) >= total or int(positions.min()) < 0:
                 raise ValueError("per-row positions must lie inside the cache")
         cos, sin = self._rope(positions)
-        attn_mask = _attention_mask(b, total, positions, attention_mask, ids.device)
+        attn_mask = _attention_mask(b, total, positions, attention_mask, ids.device,
+                                    self.config.block_size)  # fmt: skip
         x = self.embed(ids)
         if self.config.embed_scale != 1.0:
             x = x * self.config.embed_scale
@@ -385,19 +408,25 @@ def _attention_mask(
     positions: torch.Tensor,  # [B or 1, W]
     attention_mask: torch.Tensor | None,
     device: torch.device,
+    block_size: int = 0,
 ) -> torch.Tensor | None:
     """Bool [B, 1, W, total], True where a query may attend to a key; None when every key is
-    real (the cheaper attention path, same result). Attention is bidirectional."""
-    if attention_mask is None:
-        return None
-    if attention_mask.shape != (b, total):
+    real and attention is bidirectional (the cheaper attention path, same result). With
+    ``block_size`` a query sees only keys in its own block or an earlier one."""
+    if attention_mask is not None and attention_mask.shape != (b, total):
         raise ValueError(
             f"attention_mask has shape {tuple(attention_mask.shape)}, expected {(b, total)}"
         )
-    if bool(attention_mask.all()):
+    k_pos = torch.arange(total, device=device)[None, None, None, :]
+    if block_size:
+        q_block = positions.to(device)[:, None, :, None] // block_size  # [B or 1, 1, W, 1]
+        causal = k_pos // block_size <= q_block  # [B or 1, 1, W, total]
+        if attention_mask is None:
+            return causal
+        return causal & attention_mask.bool()[:, None, None, :] | (k_pos == positions[:, None, :, None])
+    if attention_mask is None or bool(attention_mask.all()):
         return None
     keys_ok = attention_mask.bool()[:, None, None, :]  # [B, 1, 1, total]
-    k_pos = torch.arange(total, device=device)[None, None, None, :]
     # A padded query row with no allowed key would give NaN: let it see itself.
     return keys_ok | (k_pos == positions[:, None, :, None])
 

@@ -125,6 +125,13 @@ def _check_inputs(
         if not isinstance(g, torch.Generator):
             raise ValueError(f"generator={g!r} must be a torch.Generator")
     mask_id, max_len = model_int(network, "mask_id"), model_int(network, "max_len")
+    block = int(getattr(network, "attention_block", 0))
+    if block and (config.block_scope, config.block_length) != ("attention", block):
+        raise ValueError(
+            f"block_scope={config.block_scope!r}, block_length={config.block_length}: the model "
+            f"attends causally across blocks of {block} positions, so its blocks must be the "
+            f"sampler's: block_scope='attention', block_length={block} (LoadedModel.fit_config)"
+        )
     for canvas in canvases:
         if canvas.mask_id != mask_id:
             raise ValueError(

@@ -50,9 +50,12 @@ class CanvasPlan:
 def plan_blocks(canvas: Canvas, config: SamplerConfig) -> list[torch.Tensor]:
     """Hole positions in canvas order, cut into blocks of ``block_length`` positions.
 
-    ``block_scope="hole"`` cuts each hole on its own; a ``choices`` hole is never cut (it is
-    committed whole, so it joins the block where it starts).
+    ``block_scope="hole"`` cuts each hole on its own; ``"attention"`` cuts at every multiple
+    of ``block_length`` canvas positions instead of every ``block_length`` hole positions; a
+    ``choices`` hole is never cut (it is committed whole, so it joins the block where it starts).
     """
+    if config.block_scope == "attention":
+        return _attention_blocks(canvas, config.block_length)
     blocks: list[list[int]] = []
     current: list[int] = []
     for hole in canvas.holes:
@@ -72,6 +75,20 @@ def plan_blocks(canvas: Canvas, config: SamplerConfig) -> list[torch.Tensor]:
                 current = []
     if current:
         blocks.append(current)
+    return [torch.tensor(block, dtype=torch.long) for block in blocks]
+
+
+def _attention_blocks(canvas: Canvas, size: int) -> list[torch.Tensor]:
+    """Hole positions grouped by the span of ``size`` canvas positions they lie in (a
+    ``choices`` hole whole, in the span where it starts)."""
+    blocks: list[list[int]] = []
+    for hole in canvas.holes:
+        whole = isinstance(hole.constraint, ChoiceConstraint)
+        for position in range(hole.start, hole.end):
+            span = (hole.start if whole else position) // size
+            if not blocks or (blocks[-1][0] // size != span and not (whole and position > hole.start)):
+                blocks.append([])
+            blocks[-1].append(position)
     return [torch.tensor(block, dtype=torch.long) for block in blocks]
 
 
