@@ -26,7 +26,7 @@ from typing import Any, Literal, get_args
 CommitRule = Literal["even", "threshold", "margin", "entropy"]
 RemaskPolicy = Literal["none", "low_confidence"]
 Precision = Literal["fp32", "bf16"]
-CacheMode = Literal["none", "dual", "delayed"]
+CacheMode = Literal["none", "dual", "delayed", "block"]
 BlockScope = Literal["canvas", "hole", "attention"]
 
 SCHEMA_VERSION = 2
@@ -154,8 +154,11 @@ class SamplerConfig:
     # inside a block recompute only the block's window (Fast-dLLM's dual cache). "delayed":
     # a step recomputes only the block's masked positions and the tokens changed since
     # their cache entries were written, and writes those back (dKV-Cache's delayed caching).
-    # "none": exact, a full forward pass at every step. The model backend provides the
-    # cache (see gpu_worker.engine.sampler.cache).
+    # "none": exact, a full forward pass at every step. "block": a block-diffusion
+    # network's block KV cache (finished attention blocks cached, a step computes the active
+    # block), exact up to float summation order; LoadedModel.fit_config sets it for such a
+    # network in place of "dual" / "delayed". The model backend provides the cache (see
+    # gpu_worker.engine.sampler.cache).
     cache: CacheMode = "dual"
     # Which block starts refresh the delayed cache with a full forward pass: every
     # cache_refresh-th block (1: every block), or 0: only the request's first step. Other

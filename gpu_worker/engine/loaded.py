@@ -68,14 +68,17 @@ class LoadedModel:
     def fit_config(self, config: SamplerConfig) -> SamplerConfig:
         """``config`` as this model can run it: a network without a window forward runs a
         cached preset without its cache (``cache="none"``, exact); a block-diffusion network
-        (``attention_block``) decodes its own attention blocks (``block_scope="attention"``).
-        Resolve a request's config with it before freezing it, so the frozen config says what
-        ran."""
-        if config.cache != "none" and not self.has_window_forward:
-            config = config.replace(cache="none")
+        (``attention_block``) decodes its own attention blocks (``block_scope="attention"``)
+        and runs any cached mode as its block KV cache (``cache="block"``); any other network
+        runs ``cache="block"`` as ``"none"`` (both exact). Resolve a request's config with it
+        before freezing it, so the frozen config says what ran."""
         block = int(getattr(self.network, "attention_block", 0))
+        no_window = config.cache != "none" and not self.has_window_forward
+        if no_window or (config.cache == "block" and not block):
+            config = config.replace(cache="none")
         if block:
-            config = config.replace(block_scope="attention", block_length=block)
+            cache = "none" if config.cache == "none" else "block"
+            config = config.replace(block_scope="attention", block_length=block, cache=cache)
         return config
 
 

@@ -51,7 +51,7 @@ configs = st.builds(
     remask_budget=st.integers(0, 4),
     stop_on_eos=st.booleans(),
     precision=st.sampled_from(["fp32", "bf16"]),
-    cache=st.sampled_from(["none", "dual", "delayed"]),
+    cache=st.sampled_from(["none", "dual", "delayed", "block"]),
     cache_refresh=st.integers(0, 3),
     rules=rules,
 )

@@ -20,10 +20,12 @@ from gpu_worker.engine.checkpoint import CheckpointError
 from gpu_worker.engine.config import PRESETS, CommitRules, SamplerConfig, config_from_overrides
 from gpu_worker.engine.infill import infill_request
 from gpu_worker.engine.loaded import LoadedModel
+from gpu_worker.engine.model_cache import ExactForward
 from gpu_worker.engine.native import refuse_block_diffusion
 from gpu_worker.engine.native.block_cache import BlockCache
 from gpu_worker.engine.native.transformer import NativeTransformer
 from gpu_worker.engine.sampler import StepInfo, denoise, denoise_batch, plan_blocks
+from gpu_worker.engine.sampler.cache import forward_cache_for
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "native" / "sdar-tiny"
 FP32_TOLERANCE = 1e-4
@@ -111,7 +113,7 @@ def _even(loaded: LoadedModel, cache: str, steps: int) -> SamplerConfig:
     return loaded.fit_config(config)
 
 
-@pytest.mark.parametrize("cache", ["none", "dual", "delayed"])
+@pytest.mark.parametrize("cache", ["none", "dual", "delayed", "block"])
 def test_even_rule_commits_in_block_diffusion_generate_order(sdar: LoadedModel, cache: str) -> None:
     """SDAR's block_diffusion_generate (low_confidence_static, block 4, 4 steps a block, argmax)
     on the prompt and whole blocks of masks: the same positions in the same steps, cached or
@@ -129,7 +131,7 @@ def test_even_rule_commits_in_block_diffusion_generate_order(sdar: LoadedModel, 
 
 def test_fit_config_makes_the_samplers_blocks_the_models_attention_blocks(sdar: LoadedModel) -> None:
     config = sdar.fit_config(PRESETS["balanced"])
-    assert (config.block_scope, config.block_length, config.cache) == ("attention", BLOCK, "dual")
+    assert (config.block_scope, config.block_length, config.cache) == ("attention", BLOCK, "block")
     canvas = _canvas(sdar, LETTER)
     for block in plan_blocks(canvas, config):
         assert len({int(p) // BLOCK for p in block}) == 1
@@ -167,7 +169,7 @@ def test_cached_and_uncached_runs_agree(sdar: LoadedModel, preset: str) -> None:
     canvases = [_canvas(sdar, LETTER), _canvas(sdar, short)]
     exact = sdar.fit_config(config_from_overrides(preset)).replace(cache="none")
     runs = {}
-    for cache in ("none", "dual", "delayed"):
+    for cache in ("none", "dual", "delayed", "block"):
         traces: list[list[list[int]]] = [[], []]
 
         def record(row: int, info: StepInfo, traces: list[list[list[int]]] = traces) -> None:
@@ -180,6 +182,38 @@ def test_cached_and_uncached_runs_agree(sdar: LoadedModel, preset: str) -> None:
         runs[cache] = ([r.ids.tolist() for r in results], traces)
     assert runs["dual"] == runs["none"]
     assert runs["delayed"] == runs["none"]
+    assert runs["block"] == runs["none"]
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_the_frozen_config_names_the_cache_that_runs(sdar: LoadedModel, preset: str) -> None:
+    """A cached preset runs the block KV cache on a block-diffusion model, and its frozen config
+    (the outcome's, which the run record stores) says "block", never "dual" or "delayed"."""
+    asked = config_from_overrides(preset)
+    fitted = sdar.fit_config(asked)
+    assert fitted.cache == ("none" if asked.cache == "none" else "block")
+    assert sdar.fit_config(fitted) == fitted  # resolving twice changes nothing
+    assert type(forward_cache_for(_network(sdar), fitted.cache)) is (
+        BlockCache if fitted.cache == "block" else ExactForward)  # fmt: skip
+    outcome = infill_request(sdar, LETTER, config=fitted)
+    assert outcome.config["cache"] == fitted.cache
+    assert outcome.config_sha256 == fitted.sha256
+    assert SamplerConfig.from_json(outcome.config) == fitted
+
+
+def test_the_block_cache_is_refused_by_a_model_without_attention_blocks() -> None:
+    """Asked of a model without attention blocks, cache="block" resolves to the exact forward
+    (both exact); such a network asked for it directly says why it cannot run it."""
+    from tests.workers import PLACEHOLDER_MODEL
+
+    asked = PRESETS["balanced"].replace(cache="block")
+    for directory in (PLACEHOLDER_MODEL, FIXTURE.parent / "llada-tiny"):
+        loaded = load_backend(directory)
+        assert loaded.fit_config(asked) == asked.replace(cache="none")
+        assert loaded.fit_config(PRESETS["balanced"]).cache == "dual"
+    assert isinstance(loaded.network, NativeTransformer)
+    with pytest.raises(ValueError, match="cache='block' needs a block-diffusion model"):
+        loaded.network.forward_cache("block")
 
 
 def test_a_cached_step_computes_only_the_finished_and_active_blocks(sdar: LoadedModel) -> None:

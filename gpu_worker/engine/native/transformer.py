@@ -286,13 +286,18 @@ class NativeTransformer(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def forward_cache(self, mode: str) -> model_cache.ExactForward | model_cache.DualCache:
-        """The sampler's forward passes over this network for one batch ("none", "dual" or
-        "delayed"): the Stencil transformer's, which need only ``forward_window``; a
-        block-diffusion network's cached modes both run its exact block cache."""
+        """The sampler's forward passes over this network for one batch ("none", "dual",
+        "delayed" or "block"): the Stencil transformer's, which need only ``forward_window``;
+        a block-diffusion network runs "block", its exact block KV cache (and so "dual" and
+        "delayed", which a config frozen by ``LoadedModel.fit_config`` never names here)."""
+        if mode == "block" and not self.config.block_size:
+            raise ValueError("cache='block' needs a block-diffusion model (a block_size in its "
+                             "config.json); use cache='none', 'dual' or 'delayed'")
         if self.config.block_size and mode != "none":
             from gpu_worker.engine.native.block_cache import BlockCache
 
-            model_cache.for_mode(self, mode)  # the mode's name is checked as for any network
+            if mode != "block":
+                model_cache.for_mode(self, mode)  # the mode's name is checked as for any network
             return BlockCache(self, self.config.block_size)
         return model_cache.for_mode(self, mode)
 
