@@ -16,8 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gpu_worker.engine.native.qwen_names import ignored, weight_map
 from gpu_worker.engine.native.transformer import NativeConfig
-from gpu_worker.engine.native.weights import CheckpointError, Target
+from gpu_worker.engine.native.weights import CheckpointError
 
 MODEL_TYPES = ("sdar",)
 ARCHITECTURES = ("SDARForCausalLM",)
@@ -71,37 +72,6 @@ def read_config(config: dict[str, Any], path: Path) -> NativeConfig:
         qk_norm=True,
         block_size=int(config["block_size"]),
     )
-
-
-def weight_map(cfg: NativeConfig) -> dict[str, Target]:
-    """Checkpoint tensor name -> where it goes in :class:`NativeTransformer`."""
-    hd = cfg.head_dim
-    q, kv, f = cfg.n_heads * hd, cfg.n_kv_heads * hd, cfg.ffn_hidden
-    names = {"model.embed_tokens.weight": Target("embed.weight"), "model.norm.weight": Target("norm.weight")}
-    if not cfg.tie_embeddings:
-        names["lm_head.weight"] = Target("head.weight")
-    for i in range(cfg.n_layers):
-        ours, theirs = f"blocks.{i}.", f"model.layers.{i}."
-        parts = {"q_proj": slice(0, q), "k_proj": slice(q, q + kv), "v_proj": slice(q + kv, q + 2 * kv)}
-        for name, rows in parts.items():
-            names[f"{theirs}self_attn.{name}.weight"] = Target(f"{ours}attn.qkv.weight", rows)
-        names.update({
-            f"{theirs}self_attn.o_proj.weight": Target(f"{ours}attn.out.weight"),
-            f"{theirs}self_attn.q_norm.weight": Target(f"{ours}attn.q_norm.weight"),
-            f"{theirs}self_attn.k_norm.weight": Target(f"{ours}attn.k_norm.weight"),
-            f"{theirs}input_layernorm.weight": Target(f"{ours}attn_norm.weight"),
-            f"{theirs}post_attention_layernorm.weight": Target(f"{ours}ffn_norm.weight"),
-            f"{theirs}mlp.gate_proj.weight": Target(f"{ours}ffn.gate_up.weight", slice(0, f)),
-            f"{theirs}mlp.up_proj.weight": Target(f"{ours}ffn.gate_up.weight", slice(f, 2 * f)),
-            f"{theirs}mlp.down_proj.weight": Target(f"{ours}ffn.down.weight"),
-        })  # fmt: skip
-    return names
-
-
-def ignored(name: str, cfg: NativeConfig) -> bool:
-    """Checkpoint tensors with no place that may stay behind: saved rotary tables, and a tied
-    checkpoint's saved head."""
-    return name.endswith("rotary_emb.inv_freq") or (cfg.tie_embeddings and name == "lm_head.weight")
 
 
 __all__ = ["ignored", "is_sdar", "read_config", "weight_map"]
