@@ -5,7 +5,7 @@
 
 Stages: ``run`` fills the generated val/test cases (``research.evaluate.build_cases``, every
 hole kind) and the hand-written documents (``bench/handwritten``) on both routes and keeps each
-span's token probabilities, its text, whether it is right and the judge's NLL
+span's token probabilities, its text, whether it is right and the other model's judge NLL
 (``bench/confidence/runs_{split}.json``); ``fit`` builds the domain profile from the train
 split, chooses its threshold, the confidence signal, the isotonic curves and the low
 thresholds on val, and writes ``domain_profile.json`` and ``confidence.json`` into both model
@@ -15,9 +15,12 @@ directories; ``report`` scores the test split and the hand-written test document
 
 "Right": a hole with one answer (an entity, a number, a date, a choice, a JSON value, a
 hand-written answer) is right when its text equals the answer (spaces at the ends aside). A
-free hole (a sentence) is right when it equals the original, or when the AR-FIM judge reads
-it, in its filled document, at a per-token NLL no higher than the 90th percentile of the
-original sentences' NLL on the val split: it reads as typical as the corpus's own text.
+free hole (a sentence) is right when it equals the original, or when the *other* route's model
+reads it, in its filled document, at a per-token NLL no higher than the 90th percentile of
+what that model gives the original sentences on the val split: it reads as typical as the
+corpus's own text. The denoiser's spans are judged by the AR-FIM model (its FIM NLL), the
+AR-FIM model's by the denoiser (its negative ELBO), so that no model judges its own text (a
+model's greedy text always reads as typical to itself).
 """
 
 from __future__ import annotations
@@ -38,11 +41,14 @@ HERE = Path(__file__).resolve().parent
 MODELS = {"diffusion": ROOT / "models/stencil-denoiser", "ar": ROOT / "models/stencil-ar-fim"}
 KINDS = ("entity_right", "entity_left", "sentence", "number_date", "choice", "json_value")
 FREE_KINDS = ("sentence", "free")
+JUDGE_SEED = 0  # the denoiser judge's mask draws
 JUDGE_QUANTILE = 0.9  # free text is right when the judge reads it as typical as this share of originals
 PROFILE_DOCS = 3000  # train documents the domain profile reads
 RIGHT_FLAGGED_BUDGET = 0.10  # on val: the low threshold flags at most this share of right spans
 MARK_QUANTILE = 0.05  # tokens under this quantile of right spans' token probabilities are marked
-DOMAIN_WEIGHTS = (0.0, 2.0, 4.0, 8.0)  # tried on val: the signal minus w times the domain score
+DOMAIN_WEIGHTS = (0.0, 1.0, 2.0, 4.0, 8.0)  # tried on val: the signal minus w times the domain score
+OOD_FREE_TARGET = 0.9  # the domain weight is the smallest flagging this share of val OOD free spans
+MIN_CLASS_SPANS = 20  # a hole class with fewer val spans uses the route's pooled curve
 ECE_BINS = 10
 
 
@@ -63,8 +69,8 @@ class Recorder:
                          for k, t in span_tokens(canvas, ids, probs, tokenizer).items()}  # fmt: skip
             return outcome_confidence(canvas, ids, probs, tokenizer, **kw)
 
-        infill.outcome_confidence = wrapped  # type: ignore[assignment]
-        ar.outcome_confidence = wrapped  # type: ignore[assignment]
+        infill.outcome_confidence = wrapped
+        ar.outcome_confidence = wrapped
 
 
 def hole_ranges(request: dict[str, Any], holes: dict[str, str]) -> dict[str, tuple[int, int]]:
@@ -93,6 +99,26 @@ def judge_nll(judge: Any, text: str, start: int, end: int) -> float:
     return ar_nll(judge, Case("sentence", doc, (HoleSpec("target", "sentence", span, text[start:end], n + 3, None),)))
 
 
+def denoiser_judge_nll(judge: Any, text: str, start: int, end: int) -> float:
+    """The denoiser judge's per-token negative ELBO of ``text[start:end]`` in its document."""
+    import torch
+
+    from research.corpus import Document, Span
+    from research.evaluate import Case, HoleSpec, denoiser_nelbo
+
+    if end <= start:
+        return float("inf")
+    span = Span(start, end, "sentence", "target")
+    doc = Document("judged", 0, "test", text, (span,), (), ())
+    n = len(judge.tokenizer.encode(" " + text[start:end]))
+    case = Case("sentence", doc, (HoleSpec("target", "sentence", span, text[start:end], n + 3, None),))
+    return denoiser_nelbo(judge, case, torch.Generator().manual_seed(JUDGE_SEED))
+
+
+JUDGES = {"ar": judge_nll, "diffusion": denoiser_judge_nll}  # the model that judges a free span
+JUDGE_OF = {"diffusion": "ar", "ar": "diffusion"}  # a route's spans are judged by the other model
+
+
 def run_split(split: str, per_kind: int, loaded: dict[str, Any], profile: Any, *, progress: bool,
               handwritten_only: bool = False) -> list[dict[str, Any]]:  # fmt: skip
     from bench.handwritten.load import load
@@ -101,7 +127,6 @@ def run_split(split: str, per_kind: int, loaded: dict[str, Any], profile: Any, *
 
     recorder = Recorder()
     recorder.install()
-    judge = loaded["ar"]
     encode = loaded["diffusion"].tokenizer.encode
     jobs: list[dict[str, Any]] = []
     for kind in () if handwritten_only else KINDS:
@@ -109,9 +134,10 @@ def run_split(split: str, per_kind: int, loaded: dict[str, Any], profile: Any, *
             holes = {}
             for h in case.holes:
                 hk = kind if h.name == "target" else "sentence"
+                originals = ({j: JUDGES[j](loaded[j], case.doc.text, h.span.start, h.span.end)
+                              for j in JUDGES} if hk in FREE_KINDS else None)  # fmt: skip
                 holes[h.name] = {"kind": hk, "answer": h.target, "free": hk in FREE_KINDS,
-                                 "original_nll": judge_nll(judge, case.doc.text, h.span.start, h.span.end)
-                                 if hk in FREE_KINDS else None}  # fmt: skip
+                                 "original_nll": originals}  # fmt: skip
             jobs.append({"set": "generated", "id": f"{kind}-{i}", "doc_kind": case.doc.kind,
                          "ood": False, "request": case.request(), "holes": holes})  # fmt: skip
     for doc in load(split):
@@ -129,14 +155,16 @@ def run_split(split: str, per_kind: int, loaded: dict[str, Any], profile: Any, *
             for name, spec in job["holes"].items():
                 text = outcome.holes.get(name, "")
                 right_exact = spec["answer"] is not None and exact(text, spec["answer"])
-                nll = judge_nll(judge, outcome.document, *ranges[name]) if spec["free"] else None
+                judge = JUDGE_OF[route]
+                nll = (JUDGES[judge](loaded[judge], outcome.document, *ranges[name])
+                       if spec["free"] else None)  # fmt: skip
                 records.append({
                     "split": split, "set": job["set"], "id": job["id"], "doc_kind": job["doc_kind"],
                     "ood": job["ood"], "route": route, "hole": name, "kind": spec["kind"],
                     "free": spec["free"], "class": recorder.last[name]["class"],
                     "probs": [round(float(p), 6) for p in recorder.last[name]["probs"]],
                     "text": text, "answer": spec["answer"], "exact": right_exact, "judge_nll": nll,
-                    "original_nll": spec["original_nll"],
+                    "judge": judge, "original_nll": (spec["original_nll"] or {}).get(judge),
                     "domain_score": domain_score,
                 })  # fmt: skip
         if progress and j % 20 == 0:
@@ -179,12 +207,12 @@ def ece(ps: Sequence[float], labels: Sequence[bool], bins: int = ECE_BINS) -> tu
     return total, table
 
 
-def label(record: dict[str, Any], judge_bar: float) -> bool:
+def label(record: dict[str, Any], judge_bar: dict[str, float]) -> bool:
     if record["answer"] is not None and record["exact"]:
         return True
     if record["free"]:
         nll = record["judge_nll"]
-        return nll is not None and math.isfinite(nll) and nll <= judge_bar
+        return nll is not None and math.isfinite(nll) and nll <= judge_bar[record["judge"]]
     return False
 
 
@@ -197,53 +225,68 @@ def quantile(xs: Sequence[float], q: float) -> float:
 def fit(val: list[dict[str, Any]]) -> dict[str, Any]:
     """Choose on val: the judge's bar, each route's signal, curves, thresholds, mark level."""
     from gpu_worker.engine.confidence import (
-        ANY_CLASS,
-        HOLE_CLASSES,
         SIGNALS,
-        Calibration,
-        Isotonic,
         RouteCalibration,
+        SpanTokens,
+        hole_confidence,
         span_signal,
-    )  # fmt: skip
+    )
 
-    originals = [r["original_nll"] for r in val if r["original_nll"] is not None and r["route"] == "ar"]
-    judge_bar = quantile(originals, JUDGE_QUANTILE)
+    judge_bar = {}
+    for judge in JUDGES:  # each judge's bar: the originals it reads (a route's spans, the other's)
+        originals = [r["original_nll"] for r in val if r["original_nll"] is not None and r["judge"] == judge]
+        judge_bar[judge] = round(quantile(originals, JUDGE_QUANTILE), 6)
     routes: dict[str, RouteCalibration] = {}
     chosen: dict[str, Any] = {}
     for route in MODELS:
         rows = [r for r in val if r["route"] == route and r["probs"]]
         labels = [label(r, judge_bar) for r in rows]
-        best: tuple[float, str, float] = (-1.0, "", 0.0)
-        trials = {}
-        for name in SIGNALS:
-            for w in DOMAIN_WEIGHTS:
-                scores = [span_signal(name, r["probs"]) - w * r["domain_score"] for r in rows]
-                a = auroc(scores, labels)
-                trials[f"{name}-w{w}"] = round(a, 4)
-                if a > best[0]:
-                    best = (a, name, w)
-        _a, signal, weight = best
-        scores = [span_signal(signal, r["probs"]) - weight * r["domain_score"] for r in rows]
-        curves = {ANY_CLASS: Isotonic.fit(scores, labels)}
-        for cls in HOLE_CLASSES:
-            idx = [i for i, r in enumerate(rows) if r["class"] == cls]
-            if len(idx) >= 20:
-                curves[cls] = Isotonic.fit([scores[i] for i in idx], [labels[i] for i in idx])
-        low: dict[str, float] = {}
-        for cls in [ANY_CLASS, *HOLE_CLASSES]:
-            if cls not in curves:
-                continue
-            idx = [i for i, r in enumerate(rows) if cls == ANY_CLASS or r["class"] == cls]
-            ps = [curves[cls](scores[i]) for i in idx]
-            right = sorted(p for p, i in zip(ps, idx, strict=True) if labels[i])
-            low[cls] = _low_threshold(right)
-        right_tokens = [p for r, y in zip(rows, labels, strict=True) if y for p in r["probs"]]
-        mark_below = round(quantile(right_tokens, MARK_QUANTILE), 4)
-        routes[route] = RouteCalibration(signal, curves, low, mark_below, weight)
-        chosen[route] = {"signal": signal, "domain_weight": weight, "val_auroc": round(best[0], 4),
-                         "low_below": low, "mark_below": mark_below, "trials": trials}  # fmt: skip
+        generated = [i for i, r in enumerate(rows) if r["set"] == "generated"]
+        # 1. The signal: the best AUROC on the generated val spans (the corpus's own kinds).
+        trials = {name: round(auroc([span_signal(name, rows[i]["probs"]) for i in generated],
+                                    [labels[i] for i in generated]), 4) for name in SIGNALS}  # fmt: skip
+        signal = max(trials, key=lambda k: trials[k])
+        # 2. The domain weight: the smallest that flags OOD_FREE_TARGET of the val OOD free spans.
+        ood_free = [i for i, r in enumerate(rows) if r["ood"] and r["free"]]
+        for weight in DOMAIN_WEIGHTS:
+            calibrated = _fit_route(rows, labels, signal, weight)
+            flagged = [hole_confidence(SpanTokens(rows[i]["probs"], [(0, 0)] * len(rows[i]["probs"]),
+                                                  rows[i]["class"]), calibrated,
+                                       domain_score=rows[i]["domain_score"])["low"] for i in ood_free]  # fmt: skip
+            share = sum(flagged) / max(1, len(flagged))
+            if share >= OOD_FREE_TARGET:
+                break
+        routes[route] = calibrated
+        chosen[route] = {"signal": signal, "domain_weight": weight, "val_auroc_generated": trials[signal],
+                         "val_ood_free_flagged": round(share, 4), "low_below": calibrated.low_below,
+                         "mark_below": calibrated.mark_below, "trials": trials}  # fmt: skip
     return {"judge_bar": judge_bar, "routes": routes, "chosen": chosen,
-            "calibration": Calibration, "count": len(val)}  # fmt: skip
+            "count": len(val)}  # fmt: skip
+
+
+def _fit_route(rows: list[dict[str, Any]], labels: list[bool], signal: str, weight: float) -> Any:
+    """Isotonic curves per hole class, their low thresholds and the mark level, on val."""
+    from gpu_worker.engine.confidence import (
+        ANY_CLASS,
+        HOLE_CLASSES,
+        Isotonic,
+        RouteCalibration,
+        span_signal,
+    )
+
+    scores = [span_signal(signal, r["probs"]) - weight * r["domain_score"] for r in rows]
+    curves = {ANY_CLASS: Isotonic.fit(scores, labels)}
+    for cls in HOLE_CLASSES:
+        idx = [i for i, r in enumerate(rows) if r["class"] == cls]
+        if len(idx) >= MIN_CLASS_SPANS:
+            curves[cls] = Isotonic.fit([scores[i] for i in idx], [labels[i] for i in idx])
+    low: dict[str, float] = {}
+    for cls in curves:
+        idx = [i for i, r in enumerate(rows) if cls == ANY_CLASS or r["class"] == cls]
+        right = sorted(curves[cls](scores[i]) for i in idx if labels[i])
+        low[cls] = _low_threshold(right)
+    right_tokens = [p for r, y in zip(rows, labels, strict=True) if y for p in r["probs"]]
+    return RouteCalibration(signal, curves, low, round(quantile(right_tokens, MARK_QUANTILE), 4), weight)
 
 
 def _low_threshold(right_ps: list[float]) -> float:
@@ -285,7 +328,7 @@ def template_texts(split: str, per_kind: int) -> tuple[list[list[str]], list[lis
 
 
 # -- reporting ----------------------------------------------------------------------------------
-def score_records(records: list[dict[str, Any]], routes: dict[str, Any], judge_bar: float) -> list[dict[str, Any]]:
+def score_records(records: list[dict[str, Any]], routes: dict[str, Any], judge_bar: dict[str, float]) -> list[dict[str, Any]]:
     from gpu_worker.engine.confidence import SpanTokens, hole_confidence
 
     out = []
@@ -364,10 +407,10 @@ def table(results: dict[str, Any]) -> str:
     lines.append(f"- domain warning (threshold {results['domain_threshold']}): OOD templates {d['ood_warned']}, "
                  f"hand-written in-domain {d['in_warned']}, generated test templates {d['generated_warned']}")  # fmt: skip
     lines.append(f"- OOD templates that end as needs-a-person (every route low): {results['ood_needs_person']}")
-    lines.append(f"- free text is right under judge NLL <= {results['judge_bar']:.4f} nats/token")
+    lines.append(f"- free text is right under the other model's judge NLL <= {results['judge_bar']} nats/token")
     for route, c in results["chosen"].items():
         lines.append(f"- {route}: signal {c['signal']}, domain weight {c['domain_weight']}, val AUROC "
-                     f"{c['val_auroc']}, low below {c['low_below']}, mark below {c['mark_below']}")  # fmt: skip
+                     f"(generated) {c['val_auroc_generated']}, val OOD free flagged {c['val_ood_free_flagged']}, low below {c['low_below']}, mark below {c['mark_below']}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -438,12 +481,16 @@ def write_models(fitted: dict[str, Any], profile: Any) -> None:
 
     calibration = Calibration(
         fitted["routes"], source=f"bench/confidence/confidence_bench.py, val split ({fitted['count']} spans)",
-        metrics={"judge_bar": round(fitted["judge_bar"], 6),
-                 **{r: {"val_auroc": c["val_auroc"]} for r, c in fitted["chosen"].items()}},
+        metrics={"judge_bar": fitted["judge_bar"],
+                 **{r: {k: c[k] for k in ("val_auroc_generated", "val_ood_free_flagged")}
+                    for r, c in fitted["chosen"].items()}},
     )  # fmt: skip
     for directory in MODELS.values():
         (directory / CALIBRATION_FILE).write_text(json.dumps(calibration.to_json(), indent=1) + "\n")
         (directory / PROFILE_FILE).write_text(json.dumps(profile.to_json(), separators=(",", ":")) + "\n")
+    from research.train import write_sha256sums
+
+    write_sha256sums(ROOT / "models")  # the checksums cover every shipped file
 
 
 Runner = Callable[..., Any]
