@@ -47,8 +47,13 @@ probabilities = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(scores, st.booleans()), min_size=1, max_size=60), st.lists(scores, min_size=2, max_size=20))
-def test_calibration_is_monotone_in_the_signal(data: list[tuple[float, bool]], probes: list[float]) -> None:
+@given(
+    st.lists(st.tuples(scores, st.booleans()), min_size=1, max_size=60),
+    st.lists(scores, min_size=2, max_size=20),
+)
+def test_calibration_is_monotone_in_the_signal(
+    data: list[tuple[float, bool]], probes: list[float]
+) -> None:
     curve = Isotonic.fit([s for s, _ in data], [y for _, y in data])
     mapped = [curve(x) for x in sorted(probes)]
     assert all(b >= a for a, b in zip(mapped, mapped[1:], strict=False))
@@ -57,7 +62,9 @@ def test_calibration_is_monotone_in_the_signal(data: list[tuple[float, bool]], p
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(probabilities, min_size=0, max_size=40), st.booleans())
-def test_confidence_lies_in_zero_one_and_marks_inside_the_span(probs: list[float], calibrated: bool) -> None:
+def test_confidence_lies_in_zero_one_and_marks_inside_the_span(
+    probs: list[float], calibrated: bool
+) -> None:
     offsets = [(3 * i, 3 * i + 3) for i in range(len(probs))]
     route = RouteCalibration("mean_logp", {ANY_CLASS: Isotonic((-5.0, -0.1), (0.1, 0.9))},
                              {ANY_CLASS: 0.5}, mark_below=0.6) if calibrated else None  # fmt: skip
@@ -69,7 +76,9 @@ def test_confidence_lies_in_zero_one_and_marks_inside_the_span(probs: list[float
 
 
 def test_the_least_sure_tokens_are_marked_and_sure_ones_never() -> None:
-    tokens = SpanTokens([0.99, 0.2, 0.95, 0.1, 0.97], [(0, 4), (4, 9), (9, 12), (12, 18), (18, 20)], "free")
+    tokens = SpanTokens(
+        [0.99, 0.2, 0.95, 0.1, 0.97], [(0, 4), (4, 9), (9, 12), (12, 18), (18, 20)], "free"
+    )
     assert token_marks(tokens, 0.5) == [[4, 9], [12, 18]]
     assert token_marks(tokens, 0.05) == []
 

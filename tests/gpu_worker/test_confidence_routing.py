@@ -13,7 +13,13 @@ from django.utils import timezone
 from prometheus_client import REGISTRY
 
 from drafting.models import InfillJob
-from gpu_worker.engine.confidence import ANY_CLASS, CALIBRATION_FILE, Calibration, Isotonic, RouteCalibration
+from gpu_worker.engine.confidence import (
+    ANY_CLASS,
+    CALIBRATION_FILE,
+    Calibration,
+    Isotonic,
+    RouteCalibration,
+)
 from gpu_worker.engine.config import config_from_overrides
 from gpu_worker.pipeline import job_run
 
@@ -34,7 +40,7 @@ def calibrated_copy(source: Path, target: Path, route: str, p: float) -> Path:
     return target
 
 
-def run_job(owner: Any) -> InfillJob:
+def run_job(owner: Any) -> tuple[InfillJob, dict[str, Any]]:
     config = config_from_overrides("fast", {})
     job = InfillJob.objects.create(
         owner=owner, request={**REQUEST, "seed": 5}, config=config.to_dict(),
@@ -42,7 +48,8 @@ def run_job(owner: Any) -> InfillJob:
     )  # fmt: skip
     job_run(job_id=str(job.pk), worker="w-confidence")
     job.refresh_from_db()
-    return job
+    assert job.result is not None, (job.state, job.reasons)
+    return job, job.result
 
 
 def spans(route: str, low: bool = False) -> float:
@@ -53,14 +60,18 @@ def spans(route: str, low: bool = False) -> float:
 def test_a_low_diffusion_span_escalates_to_ar_and_every_route_low_needs_a_person(
     user: Any, worker_settings: Any, tmp_path: Path
 ) -> None:
-    worker_settings.STENCIL_MODEL_DIR = calibrated_copy(MODELS / "stencil-placeholder", tmp_path / "d", "diffusion", 0.1)
-    worker_settings.STENCIL_AR_MODEL_DIR = calibrated_copy(MODELS / "stencil-ar-fim", tmp_path / "a", "ar", 0.1)
+    worker_settings.STENCIL_MODEL_DIR = calibrated_copy(
+        MODELS / "stencil-placeholder", tmp_path / "d", "diffusion", 0.1
+    )
+    worker_settings.STENCIL_AR_MODEL_DIR = calibrated_copy(
+        MODELS / "stencil-ar-fim", tmp_path / "a", "ar", 0.1
+    )
     before = (spans("diffusion"), spans("diffusion", low=True), spans("ar", low=True))
-    job = run_job(user)
+    job, result = run_job(user)
     assert job.state == InfillJob.State.SUCCEEDED, job.reasons
     assert [a["route"] for a in job.attempts] == ["diffusion", "ar"]  # no diffusion retry first
-    assert job.result["needs_person"] is True
-    assert job.result["confidence"]["name"]["low"] is True
+    assert result["needs_person"] is True
+    assert result["confidence"]["name"]["low"] is True
     assert spans("diffusion") == before[0] + 1 and spans("diffusion", low=True) == before[1] + 1
     assert spans("ar", low=True) == before[2] + 1
 
@@ -68,16 +79,28 @@ def test_a_low_diffusion_span_escalates_to_ar_and_every_route_low_needs_a_person
 def test_a_confident_ar_result_after_escalation_is_kept_and_needs_no_person(
     user: Any, worker_settings: Any, tmp_path: Path
 ) -> None:
-    worker_settings.STENCIL_MODEL_DIR = calibrated_copy(MODELS / "stencil-placeholder", tmp_path / "d", "diffusion", 0.1)
-    worker_settings.STENCIL_AR_MODEL_DIR = calibrated_copy(MODELS / "stencil-ar-fim", tmp_path / "a", "ar", 0.9)
-    job = run_job(user)
+    worker_settings.STENCIL_MODEL_DIR = calibrated_copy(
+        MODELS / "stencil-placeholder", tmp_path / "d", "diffusion", 0.1
+    )
+    worker_settings.STENCIL_AR_MODEL_DIR = calibrated_copy(
+        MODELS / "stencil-ar-fim", tmp_path / "a", "ar", 0.9
+    )
+    job, result = run_job(user)
     assert job.state == InfillJob.State.SUCCEEDED, job.reasons
-    assert job.result["route"] == "ar" and job.result["needs_person"] is False
-    assert job.result["confidence"]["name"] == {**job.result["confidence"]["name"], "p": 0.9, "low": False}
+    assert result["route"] == "ar" and result["needs_person"] is False
+    assert result["confidence"]["name"] == {
+        **result["confidence"]["name"],
+        "p": 0.9,
+        "low": False,
+    }
 
 
-def test_a_confident_diffusion_result_does_not_escalate(user: Any, worker_settings: Any, tmp_path: Path) -> None:
-    worker_settings.STENCIL_MODEL_DIR = calibrated_copy(MODELS / "stencil-placeholder", tmp_path / "d", "diffusion", 0.9)
-    job = run_job(user)
+def test_a_confident_diffusion_result_does_not_escalate(
+    user: Any, worker_settings: Any, tmp_path: Path
+) -> None:
+    worker_settings.STENCIL_MODEL_DIR = calibrated_copy(
+        MODELS / "stencil-placeholder", tmp_path / "d", "diffusion", 0.9
+    )
+    job, result = run_job(user)
     assert [a["route"] for a in job.attempts] == ["diffusion"]
-    assert job.result["route"] == "diffusion" and job.result["needs_person"] is False
+    assert result["route"] == "diffusion" and result["needs_person"] is False
