@@ -42,11 +42,19 @@ MODELS = {"diffusion": ROOT / "models/stencil-denoiser", "ar": ROOT / "models/st
 KINDS = ("entity_right", "entity_left", "sentence", "number_date", "choice", "json_value")
 FREE_KINDS = ("sentence", "free")
 JUDGE_SEED = 0  # the denoiser judge's mask draws
-JUDGE_QUANTILE = 0.9  # free text is right when the judge reads it as typical as this share of originals
+JUDGE_QUANTILE = (
+    0.9  # free text is right when the judge reads it as typical as this share of originals
+)
 PROFILE_DOCS = 3000  # train documents the domain profile reads
 RIGHT_FLAGGED_BUDGET = 0.10  # on val: the low threshold flags at most this share of right spans
 MARK_QUANTILE = 0.05  # tokens under this quantile of right spans' token probabilities are marked
-DOMAIN_WEIGHTS = (0.0, 1.0, 2.0, 4.0, 8.0)  # tried on val: the signal minus w times the domain score
+DOMAIN_WEIGHTS = (
+    0.0,
+    1.0,
+    2.0,
+    4.0,
+    8.0,
+)  # tried on val: the signal minus w times the domain score
 OOD_FREE_TARGET = 0.9  # the domain weight is the smallest flagging this share of val OOD free spans
 MIN_CLASS_SPANS = 20  # a hole class with fewer val spans uses the route's pooled curve
 ECE_BINS = 10
@@ -96,7 +104,12 @@ def judge_nll(judge: Any, text: str, start: int, end: int) -> float:
     span = Span(start, end, "sentence", "target")
     doc = Document("judged", 0, "test", text, (span,), (), ())
     n = len(judge.tokenizer.encode(" " + text[start:end]))
-    return ar_nll(judge, Case("sentence", doc, (HoleSpec("target", "sentence", span, text[start:end], n + 3, None),)))
+    return ar_nll(
+        judge,
+        Case(
+            "sentence", doc, (HoleSpec("target", "sentence", span, text[start:end], n + 3, None),)
+        ),
+    )
 
 
 def denoiser_judge_nll(judge: Any, text: str, start: int, end: int) -> float:
@@ -111,7 +124,9 @@ def denoiser_judge_nll(judge: Any, text: str, start: int, end: int) -> float:
     span = Span(start, end, "sentence", "target")
     doc = Document("judged", 0, "test", text, (span,), (), ())
     n = len(judge.tokenizer.encode(" " + text[start:end]))
-    case = Case("sentence", doc, (HoleSpec("target", "sentence", span, text[start:end], n + 3, None),))
+    case = Case(
+        "sentence", doc, (HoleSpec("target", "sentence", span, text[start:end], n + 3, None),)
+    )
     return denoiser_nelbo(judge, case, torch.Generator().manual_seed(JUDGE_SEED))
 
 
@@ -168,7 +183,10 @@ def run_split(split: str, per_kind: int, loaded: dict[str, Any], profile: Any, *
                     "domain_score": domain_score,
                 })  # fmt: skip
         if progress and j % 20 == 0:
-            print(f"  {split}: {j + 1}/{len(jobs)} jobs, {time.perf_counter() - started:.0f}s", flush=True)
+            print(
+                f"  {split}: {j + 1}/{len(jobs)} jobs, {time.perf_counter() - started:.0f}s",
+                flush=True,
+            )
     return records
 
 
@@ -191,7 +209,9 @@ def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:
     return (rank_sum - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg))
 
 
-def ece(ps: Sequence[float], labels: Sequence[bool], bins: int = ECE_BINS) -> tuple[float, list[dict[str, float]]]:
+def ece(
+    ps: Sequence[float], labels: Sequence[bool], bins: int = ECE_BINS
+) -> tuple[float, list[dict[str, float]]]:
     """Expected calibration error over equal-width bins, and the bins (reliability diagram)."""
     table = []
     total = 0.0
@@ -234,7 +254,9 @@ def fit(val: list[dict[str, Any]]) -> dict[str, Any]:
 
     judge_bar = {}
     for judge in JUDGES:  # each judge's bar: the originals it reads (a route's spans, the other's)
-        originals = [r["original_nll"] for r in val if r["original_nll"] is not None and r["judge"] == judge]
+        originals = [
+            r["original_nll"] for r in val if r["original_nll"] is not None and r["judge"] == judge
+        ]
         judge_bar[judge] = round(quantile(originals, JUDGE_QUANTILE), 6)
     routes: dict[str, RouteCalibration] = {}
     chosen: dict[str, Any] = {}
@@ -286,7 +308,9 @@ def _fit_route(rows: list[dict[str, Any]], labels: list[bool], signal: str, weig
         right = sorted(curves[cls](scores[i]) for i in idx if labels[i])
         low[cls] = _low_threshold(right)
     right_tokens = [p for r, y in zip(rows, labels, strict=True) if y for p in r["probs"]]
-    return RouteCalibration(signal, curves, low, round(quantile(right_tokens, MARK_QUANTILE), 4), weight)
+    return RouteCalibration(
+        signal, curves, low, round(quantile(right_tokens, MARK_QUANTILE), 4), weight
+    )
 
 
 def _low_threshold(right_ps: list[float]) -> float:
@@ -312,15 +336,20 @@ def build_profile(val_texts: list[list[str]], ood_texts: list[list[str]]) -> Any
     return DomainProfile(profile.words, profile.pairs, threshold, profile.source)
 
 
-def template_texts(split: str, per_kind: int) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
+def template_texts(
+    split: str, per_kind: int
+) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
     """Locked segments of the generated templates, hand-written OOD and in-domain documents."""
     from bench.handwritten.load import load
     from gpu_worker.engine.tokenizer import StencilTokenizer
     from research.evaluate import build_cases
 
     tok = StencilTokenizer.from_file(MODELS["diffusion"] / "tokenizer.json")
-    gen = [[s["text"] for s in case.request()["segments"] if "text" in s]
-           for kind in KINDS for case in build_cases(kind, per_kind, tok.encode, split=split)]  # type: ignore[arg-type]
+    gen = [
+        [s["text"] for s in case.request()["segments"] if "text" in s]
+        for kind in KINDS
+        for case in build_cases(kind, per_kind, tok.encode, split=split)
+    ]  # type: ignore[arg-type]
     hand = load(split)
     ood = [[s["text"] for s in d.segments if "text" in s] for d in hand if d.domain == "ood"]
     ind = [[s["text"] for s in d.segments if "text" in s] for d in hand if d.domain == "in"]
@@ -328,7 +357,9 @@ def template_texts(split: str, per_kind: int) -> tuple[list[list[str]], list[lis
 
 
 # -- reporting ----------------------------------------------------------------------------------
-def score_records(records: list[dict[str, Any]], routes: dict[str, Any], judge_bar: dict[str, float]) -> list[dict[str, Any]]:
+def score_records(
+    records: list[dict[str, Any]], routes: dict[str, Any], judge_bar: dict[str, float]
+) -> list[dict[str, Any]]:
     from gpu_worker.engine.confidence import SpanTokens, hole_confidence
 
     out = []
@@ -353,14 +384,18 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "bins": bins}  # fmt: skip
 
 
-def report(test: list[dict[str, Any]], fitted: dict[str, Any], profile: Any, per_kind: int) -> dict[str, Any]:
+def report(
+    test: list[dict[str, Any]], fitted: dict[str, Any], profile: Any, per_kind: int
+) -> dict[str, Any]:
     scored = score_records(test, fitted["routes"], fitted["judge_bar"])
     results: dict[str, Any] = {"judge_bar": fitted["judge_bar"], "chosen": fitted["chosen"],
                                "domain_threshold": profile.threshold, "routes": {}}  # fmt: skip
     for route in MODELS:
         gen = [r for r in scored if r["route"] == route and r["set"] == "generated"]
         ood = [r for r in scored if r["route"] == route and r["set"] == "handwritten" and r["ood"]]
-        ind = [r for r in scored if r["route"] == route and r["set"] == "handwritten" and not r["ood"]]
+        ind = [
+            r for r in scored if r["route"] == route and r["set"] == "handwritten" and not r["ood"]
+        ]
         results["routes"][route] = {
             "generated_test": summarize(gen),
             "per_kind": {k: summarize([r for r in gen if r["kind"] == k]) for k in KINDS},
@@ -375,7 +410,9 @@ def report(test: list[dict[str, Any]], fitted: dict[str, Any], profile: Any, per
         per_route = [any(r["low"] for r in scored if r["id"] == doc_id and r["route"] == route)
                      for route in MODELS]  # fmt: skip
         needs[doc_id] = (ood, all(per_route))
-    results["ood_needs_person"] = round(sum(n for o, n in needs.values() if o) / max(1, sum(o for o, _ in needs.values())), 4)
+    results["ood_needs_person"] = round(
+        sum(n for o, n in needs.values() if o) / max(1, sum(o for o, _ in needs.values())), 4
+    )
     gen_t, ood_t, in_t = template_texts("test", per_kind)
     results["domain"] = {
         "ood_warned": round(sum(profile.score(t) > profile.threshold for t in ood_t) / len(ood_t), 4),
@@ -406,8 +443,12 @@ def table(results: dict[str, Any]) -> str:
     d = results["domain"]
     lines.append(f"- domain warning (threshold {results['domain_threshold']}): OOD templates {d['ood_warned']}, "
                  f"hand-written in-domain {d['in_warned']}, generated test templates {d['generated_warned']}")  # fmt: skip
-    lines.append(f"- OOD templates that end as needs-a-person (every route low): {results['ood_needs_person']}")
-    lines.append(f"- free text is right under the other model's judge NLL <= {results['judge_bar']} nats/token")
+    lines.append(
+        f"- OOD templates that end as needs-a-person (every route low): {results['ood_needs_person']}"
+    )
+    lines.append(
+        f"- free text is right under the other model's judge NLL <= {results['judge_bar']} nats/token"
+    )
     for route, c in results["chosen"].items():
         lines.append(f"- {route}: signal {c['signal']}, domain weight {c['domain_weight']}, val AUROC "
                      f"(generated) {c['val_auroc_generated']}, val OOD free flagged {c['val_ood_free_flagged']}, low below {c['low_below']}, mark below {c['mark_below']}")  # fmt: skip
@@ -423,7 +464,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5.5, 5))
     ax.plot([0, 1], [0, 1], color="grey", linestyle=":", label="perfect calibration")
     for route, r in results["routes"].items():
-        for name, key, style in (("generated test", "generated_test", "-o"), ("hand-written in", "handwritten_in", "--s")):
+        for name, key, style in (
+            ("generated test", "generated_test", "-o"),
+            ("hand-written in", "handwritten_in", "--s"),
+        ):
             bins = r[key]["bins"]
             ax.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], style,
                     label=f"{route}, {name} (ECE {r[key]['ece']})")  # fmt: skip
@@ -437,10 +481,14 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--per-kind", type=int, default=24, help="generated cases per hole kind and split")
+    parser.add_argument(
+        "--per-kind", type=int, default=24, help="generated cases per hole kind and split"
+    )
     parser.add_argument("--stage", choices=("all", "run", "fit", "report"), default="all")
     parser.add_argument("--splits", default="val,test", help="splits the run stage fills")
-    parser.add_argument("--write-models", action="store_true", help="write the fitted files into models/")
+    parser.add_argument(
+        "--write-models", action="store_true", help="write the fitted files into models/"
+    )
     args = parser.parse_args(argv)
     gen_v, ood_v, _in_v = template_texts("val", args.per_kind)
     profile = build_profile(gen_v, ood_v)
@@ -486,8 +534,12 @@ def write_models(fitted: dict[str, Any], profile: Any) -> None:
                     for r, c in fitted["chosen"].items()}},
     )  # fmt: skip
     for directory in MODELS.values():
-        (directory / CALIBRATION_FILE).write_text(json.dumps(calibration.to_json(), indent=1) + "\n")
-        (directory / PROFILE_FILE).write_text(json.dumps(profile.to_json(), separators=(",", ":")) + "\n")
+        (directory / CALIBRATION_FILE).write_text(
+            json.dumps(calibration.to_json(), indent=1) + "\n"
+        )
+        (directory / PROFILE_FILE).write_text(
+            json.dumps(profile.to_json(), separators=(",", ":")) + "\n"
+        )
     from research.train import write_sha256sums
 
     write_sha256sums(ROOT / "models")  # the checksums cover every shipped file

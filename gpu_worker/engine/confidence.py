@@ -101,7 +101,9 @@ class Isotonic:
         return min(max(y0 + t * (y1 - y0), y0), y1)
 
     @classmethod
-    def fit(cls, scores: Sequence[float], labels: Sequence[bool], *, prior: float = 1.0) -> Isotonic:
+    def fit(
+        cls, scores: Sequence[float], labels: Sequence[bool], *, prior: float = 1.0
+    ) -> Isotonic:
         """Pool-adjacent-violators on (score, label), each pooled block's mean smoothed by
         ``prior`` pseudo-counts toward the overall rate; one point per block at its mean score."""
         if not scores or len(scores) != len(labels):
@@ -110,7 +112,9 @@ class Isotonic:
         blocks: list[list[float]] = []  # [sum score, sum label, count]
         for s, v in sorted(zip(scores, labels, strict=True)):
             blocks.append([float(s), float(bool(v)), 1.0])
-            while len(blocks) > 1 and blocks[-2][1] / blocks[-2][2] >= blocks[-1][1] / blocks[-1][2]:
+            while (
+                len(blocks) > 1 and blocks[-2][1] / blocks[-2][2] >= blocks[-1][1] / blocks[-1][2]
+            ):
                 last = blocks.pop()
                 blocks[-1] = [a + b for a, b in zip(blocks[-1], last, strict=True)]
         xs = [b[0] / b[2] for b in blocks]
@@ -173,7 +177,9 @@ class Calibration:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Calibration:
         if data.get("format") != CALIBRATION_FORMAT:
-            raise ValueError(f"calibration format {data.get('format')!r} is not {CALIBRATION_FORMAT}")
+            raise ValueError(
+                f"calibration format {data.get('format')!r} is not {CALIBRATION_FORMAT}"
+            )
         routes = {k: RouteCalibration.from_json(v) for k, v in data["routes"].items()}
         return cls(routes, str(data.get("source", "")), dict(data.get("metrics", {})))
 
@@ -320,7 +326,19 @@ def outcome_confidence(
 
 
 __all__ = [
-    "CALIBRATION_FILE", "HOLE_CLASSES", "SIGNALS", "Calibration", "Isotonic", "RouteCalibration",
-    "SpanTokens", "hole_class", "hole_confidence", "load_calibration", "locked_texts", "outcome_confidence",
-    "span_signal", "span_tokens", "token_marks",
+    "CALIBRATION_FILE",
+    "HOLE_CLASSES",
+    "SIGNALS",
+    "Calibration",
+    "Isotonic",
+    "RouteCalibration",
+    "SpanTokens",
+    "hole_class",
+    "hole_confidence",
+    "load_calibration",
+    "locked_texts",
+    "outcome_confidence",
+    "span_signal",
+    "span_tokens",
+    "token_marks",
 ]

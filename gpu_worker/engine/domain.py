@@ -69,7 +69,9 @@ class DomainProfile:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> DomainProfile:
         if data.get("format") != PROFILE_FORMAT:
-            raise ValueError(f"domain profile format {data.get('format')!r} is not {PROFILE_FORMAT}")
+            raise ValueError(
+                f"domain profile format {data.get('format')!r} is not {PROFILE_FORMAT}"
+            )
         threshold = float(data["threshold"])
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"domain profile threshold={threshold} is outside [0, 1]")
