@@ -1,6 +1,6 @@
 """Span confidence and the domain score: fit on val, measure on test, beside the hand-written set.
 
-    python bench/confidence/confidence_bench.py --per-kind 24          # run, fit, report
+    python bench/confidence/confidence_bench.py --write-models       # run, fit, write the model files, report
     python bench/confidence/confidence_bench.py --stage report         # report from saved runs
 
 Stages: ``run`` fills the generated val/test cases (``research.evaluate.build_cases``, every
@@ -482,7 +482,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--per-kind", type=int, default=24, help="generated cases per hole kind and split"
+        "--per-kind", type=int, default=28, help="generated cases per hole kind and split"
     )
     parser.add_argument("--stage", choices=("all", "run", "fit", "report"), default="all")
     parser.add_argument("--splits", default="val,test", help="splits the run stage fills")
