@@ -348,8 +348,8 @@ def template_texts(
     gen = [
         [s["text"] for s in case.request()["segments"] if "text" in s]
         for kind in KINDS
-        for case in build_cases(kind, per_kind, tok.encode, split=split)
-    ]  # type: ignore[arg-type]
+        for case in build_cases(kind, per_kind, tok.encode, split=split)  # type: ignore[arg-type]
+    ]
     hand = load(split)
     ood = [[s["text"] for s in d.segments if "text" in s] for d in hand if d.domain == "ood"]
     ind = [[s["text"] for s in d.segments if "text" in s] for d in hand if d.domain == "in"]
