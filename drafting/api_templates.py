@@ -65,7 +65,9 @@ def template_versions(request: HttpRequest, slug: str) -> HttpResponse:
             publish=bool(_typed(data, "publish", bool, "true or false")),
         )  # fmt: skip
         template.refresh_from_db()
-        return JsonResponse(_version_json(template, version), status=201)
+        return JsonResponse({**_version_json(template, version),
+                             "domain": authoring.template_version_domain(version=version)},
+                            status=201)  # fmt: skip
     versions = [_version_json(template, v) for v in template.versions.order_by("-number")]
     return JsonResponse({"versions": versions, "published": getattr(
         template.published_version, "number", None)})  # fmt: skip

@@ -16,8 +16,28 @@ from django.db import transaction
 
 from drafting.models import DocumentTemplate, TemplateVersion
 from drafting.templating import ParsedTemplate, TemplateError, parse_template
+from gpu_worker.engine.domain import assess_text
 
 SLUG_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,78}[a-z0-9])?")
+UNFAMILIAR_WARNING = "The model was not trained on documents like this; its text will need rewriting."
+
+
+def template_domain(*, parsed: ParsedTemplate) -> dict[str, Any] | None:
+    """The locked text's domain score against the denoiser's training corpus (pure Python,
+    no model loaded): ``{"score", "unfamiliar", "threshold", "warning"}``, the warning empty
+    when the text is familiar; None when the model ships no domain profile."""
+    texts = [p.text for p in parsed.pieces if p.kind == "text"]
+    assessed = assess_text(settings.STENCIL_MODEL_DIR, texts)
+    if assessed is None:
+        return None
+    return {**assessed, "warning": UNFAMILIAR_WARNING if assessed["unfamiliar"] else ""}
+
+
+def template_version_domain(*, version: TemplateVersion) -> dict[str, Any] | None:
+    """:func:`template_domain` of a saved version."""
+    parsed = parse_template(version.source, max_bytes=settings.STENCIL_MAX_TEMPLATE_BYTES,
+                            doc_format=version.doc_format)  # fmt: skip
+    return template_domain(parsed=parsed)
 
 
 @transaction.atomic
@@ -105,6 +125,7 @@ class TemplateCheck:
             "holes": [h.to_json() for h in parsed.holes],
             "pieces": [{"kind": p.kind, "name": p.name, "text": p.text} for p in parsed.pieces],
             "document_schema": parsed.document_schema(),
+            "domain": template_domain(parsed=parsed),
         }  # fmt: skip
 
 

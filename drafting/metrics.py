@@ -59,6 +59,18 @@ ADMISSION_REFUSALS = Counter(
     "Infill requests refused by admission control (answered 429), by limit",
     ["reason"],
 )
+SPANS_WRITTEN = Counter(
+    "stencil_spans_total", "Spans a route wrote in a valid attempt, by route", ["route"]
+)
+SPANS_LOW = Counter(
+    "stencil_spans_low_confidence_total",
+    "Spans flagged low confidence, by route (share: over stencil_spans_total)", ["route"],
+)
+CONFIDENCE_ESCALATIONS = Counter(
+    "stencil_confidence_escalations_total",
+    "Valid results handed to the other route because a span's confidence was low, by route",
+    ["route"],
+)
 REQUEUED = Counter(
     "stencil_jobs_requeued_total",
     "Jobs a worker gave back to the queue after a fault that was not theirs, by error",

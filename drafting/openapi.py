@@ -63,6 +63,21 @@ def _path_param(name: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": schema}
 
 
+CONFIDENCE = {  # a span's confidence (docs/confidence.md)
+    "type": "object",
+    "properties": {
+        "p": {"type": "number", "minimum": 0, "maximum": 1}, "low": {"type": "boolean"},
+        "marks": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+        "signal": {"type": "string"}, "calibrated": {"type": "boolean"},
+    },
+}  # fmt: skip
+DOMAIN = {  # the locked text against the training corpus; null when the model has no profile
+    "type": ["object", "null"],
+    "properties": {
+        "score": {"type": "number"}, "unfamiliar": {"type": "boolean"},
+        "threshold": {"type": "number"}, "warning": {"type": "string"},
+    },
+}  # fmt: skip
 DRAFT_ID = _path_param("draft_id", {"type": "integer"})
 SLUG = _path_param("slug", {"type": "string"})
 FRAGMENT_ID = _path_param("fragment_id", {"type": "integer"})
@@ -186,6 +201,11 @@ SCHEMAS: dict[str, Any] = {
                     "document": {"type": "string"},
                     "violations": {"type": "array"},
                     "run_id": {"type": "string"},
+                    "confidence": {"type": "object", "additionalProperties": CONFIDENCE,
+                                   "description": "per hole: P(right) for the route that wrote it"},
+                    "domain": DOMAIN,
+                    "needs_person": {"type": "boolean",
+                                     "description": "every route's result had a low span"},
                 },
             }]},
             "reasons": {"type": "array", "items": {"type": "string"},
@@ -203,6 +223,7 @@ SCHEMAS: dict[str, Any] = {
             "fields": {"type": "array"}, "holes": {"type": "array"},
             "pieces": {"type": "array"},
             "document_schema": {"type": ["object", "null"]},
+            "domain": DOMAIN,
         },
     },  # fmt: skip
     "ProblemReport": {

@@ -89,6 +89,18 @@ def route_choose(*, job: InfillJob, rng: random.Random | None = None) -> RouteDe
     ), rng)  # fmt: skip
 
 
+def confidence_escalates(*, route: str, confidence: dict[str, dict[str, Any]]) -> bool:
+    """Whether a valid result of ``route`` goes on to the AR route: a diffusion result with a
+    span its model's calibration flags low (``Outcome.confidence``). An uncalibrated score
+    is shown but not acted on; the AR route is the last one a low result escalates to."""
+    return route == DIFFUSION and any(low_span(c) for c in confidence.values())
+
+
+def low_span(confidence: dict[str, Any]) -> bool:
+    """A span its model's calibration flags low (an uncalibrated ``low`` is advice only)."""
+    return bool(confidence.get("low")) and bool(confidence.get("calibrated"))
+
+
 def _with_shadow(decision: RouteDecision, rng: random.Random | None) -> RouteDecision:
     share = settings.STENCIL_SHADOW_SHARE
     if share <= 0 or (rng or random.Random()).random() >= share:

@@ -91,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "route": outcome.route,
         "violations": outcome.violations,
         "model": outcome.model,
+        "confidence": outcome.confidence,
+        "domain": outcome.domain,
     }
     if args.trace:
         report["trace"] = outcome.trace

@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from drafting import metrics
 from drafting.models import InfillJob
-from drafting.router import RouteDecision, route_choose
+from drafting.router import RouteDecision, confidence_escalates, low_span, route_choose
 from drafting.services import draft_apply_job_result, job_dispatch
 from gpu_worker.claims import Claim, claim_batch_mates, holds, job_claim, job_finish, job_release
 from gpu_worker.engine.outcome import AR, DIFFUSION
@@ -271,7 +271,10 @@ def _run_claimed(claim: Claim, held: Held, decision: RouteDecision,
     device = choose_device(settings.STENCIL_DEVICE)
     plans = _attempt_plan(job, decision)
     reasons: list[str] = []
+    kept: _Kept | None = None  # a valid result with a low-confidence span, escalated from
     for attempt, (route, config) in enumerate(plans):
+        if kept is not None and route == kept.route:
+            continue  # escalated: the other route's attempt is next
         try:
             loaded = _model_load(route, choice, device)
         except ModelVersionUnavailable as exc:
@@ -305,23 +308,20 @@ def _run_claimed(claim: Claim, held: Held, decision: RouteDecision,
         violations = [*outcome.violations, *_injected_violations(route)]
         _observe_attempt(outcome, route, decision)
         if not violations:
-            result = {"holes": outcome.holes, "document": outcome.document, "violations": [],
-                      "route": route, "attempt": attempt, "run_id": run_id,
-                      "forward_passes": outcome.forward_passes, "steps": outcome.steps,
-                      "batch_size": len(batch), "model": loaded.name,
-                      "placeholder_model": loaded.placeholder}  # fmt: skip
-            with transaction.atomic():  # the result and the draft's revision, or neither
-                written = job_finish(job, claim.token, state=InfillJob.State.SUCCEEDED,
-                                     result=result)  # fmt: skip
-                if written:
-                    draft_apply_job_result(job=job)
-            if not written:
-                return LOST
-            if attempt:
-                metrics.RETRIES.labels(outcome="recovered").inc()
-            if decision.shadow and attempt == 0:
+            this = _Kept(outcome, route, attempt, run_id, batch, loaded.name, loaded.placeholder)
+            low = _observe_confidence(outcome, route)
+            if kept is None and low and confidence_escalates(route=route, confidence=outcome.confidence) \
+                    and any(r != route for r, _c in plans[attempt + 1 :]):  # fmt: skip
+                metrics.CONFIDENCE_ESCALATIONS.labels(route=route).inc()
+                kept = this
+                continue
+            # Not escalated: the other route was tried (or cannot be); every result is low.
+            if kept is not None and low:  # the surer of the two stays
+                this = max((kept, this), key=lambda k: _mean_p(k.outcome))
+            state = _succeed(claim, this, needs_person=low)
+            if state == InfillJob.State.SUCCEEDED and decision.shadow and attempt == 0:
                 _run_shadow(claim, held, decision, outcome, device, choice)
-            return InfillJob.State.SUCCEEDED
+            return state
         for v in violations:
             metrics.VALIDATION_FAILURES.labels(reason=str(v.get("name", "unknown"))).inc()
         reasons.extend(
@@ -339,9 +339,57 @@ def _run_claimed(claim: Claim, held: Held, decision: RouteDecision,
                 _open_incident(job, run_id, "fallback", f"falling back from {route} to {nxt}")
             else:
                 metrics.RETRIES.labels(outcome="retry").inc()
+    if kept is not None:  # the other route failed validation: the low result stays
+        return _succeed(claim, kept, needs_person=True)
     if not job_finish(job, claim.token, state=InfillJob.State.FAILED, reasons=reasons):
         return LOST
     return InfillJob.State.FAILED
+
+
+@dataclass
+class _Kept:
+    """A valid attempt's outcome and what its result says of it."""
+
+    outcome: Outcome
+    route: str
+    attempt: int
+    run_id: str
+    batch: list[str]
+    model: str
+    placeholder: bool
+
+
+def _succeed(claim: Claim, kept: _Kept, *, needs_person: bool) -> str:
+    """End the job SUCCEEDED with ``kept``'s result and the draft's revision."""
+    job, outcome = claim.job, kept.outcome
+    result = {"holes": outcome.holes, "document": outcome.document, "violations": [],
+              "route": kept.route, "attempt": kept.attempt, "run_id": kept.run_id,
+              "forward_passes": outcome.forward_passes, "steps": outcome.steps,
+              "batch_size": len(kept.batch), "model": kept.model,
+              "placeholder_model": kept.placeholder, "confidence": outcome.confidence,
+              "domain": outcome.domain, "needs_person": needs_person}  # fmt: skip
+    with transaction.atomic():  # the result and the draft's revision, or neither
+        written = job_finish(job, claim.token, state=InfillJob.State.SUCCEEDED, result=result)
+        if written:
+            draft_apply_job_result(job=job)
+    if not written:
+        return LOST
+    if kept.attempt:
+        metrics.RETRIES.labels(outcome="recovered").inc()
+    return InfillJob.State.SUCCEEDED
+
+
+def _observe_confidence(outcome: Outcome, route: str) -> bool:
+    """Count the valid attempt's spans and its low ones; whether a calibrated span is low."""
+    spans = outcome.confidence.values()
+    metrics.SPANS_WRITTEN.labels(route=route).inc(len(outcome.confidence))
+    metrics.SPANS_LOW.labels(route=route).inc(sum(bool(c.get("low")) for c in spans))
+    return any(low_span(c) for c in spans)
+
+
+def _mean_p(outcome: Outcome) -> float:
+    ps = [float(c.get("p", 0.0)) for c in outcome.confidence.values()]
+    return sum(ps) / len(ps) if ps else 0.0
 
 
 def _observe_attempt(outcome: Outcome, route: str, decision: RouteDecision) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from gpu_worker.engine.canvas import Canvas, Hole, parse_canvas
+from gpu_worker.engine.confidence import outcome_confidence
 from gpu_worker.engine.config import SamplerConfig, config_from_request
 from gpu_worker.engine.constraints import CharAutomaton, ChoiceConstraint, PatternConstraint
 from gpu_worker.engine.loaded import LoadedModel
@@ -55,6 +56,7 @@ class _Fill:
     tokens: list[int]  # the middle's tokens (forced prefix included), without EOS
     forward_passes: int
     trace: list[dict[str, Any]]
+    probs: list[float]  # the probability of each of ``tokens`` when it was chosen
 
 
 def infill_request_ar(
@@ -81,6 +83,7 @@ def infill_request_ar(
     encoded = time.perf_counter()
     generator = torch.Generator().manual_seed(canvas.seed)
     ids = canvas.ids.clone()  # [L]: holes get their tokens then pad, as the sampler leaves them
+    probs = torch.full((canvas.length,), float("nan"))  # [L]: each written token's probability
     trace: list[dict[str, Any]] = []
     forward_passes = steps = 0
     cancelled = False
@@ -91,6 +94,7 @@ def infill_request_ar(
         fill = _fill_hole(network, loaded, canvas, ids, index, cfg, generator, hooks.should_stop)
         ids[hole.start : hole.end] = canvas.pad_id
         ids[hole.start : hole.start + len(fill.tokens)] = torch.tensor(fill.tokens, dtype=torch.long)
+        probs[hole.start : hole.start + len(fill.probs)] = torch.tensor(fill.probs)
         forward_passes += fill.forward_passes
         steps += fill.forward_passes
         for entry in fill.trace:
@@ -106,6 +110,8 @@ def infill_request_ar(
     holes = canvas.hole_texts(ids, loaded.tokenizer)
     document = canvas.document(ids, loaded.tokenizer)
     violations = validate(canvas, ids, loaded.tokenizer, hole_texts=holes, document=document)
+    confidence, domain = outcome_confidence(canvas, ids, probs, loaded.tokenizer,
+                                            directory=loaded.directory, route=ROUTE)  # fmt: skip
     finished = time.perf_counter()
     return Outcome(
         holes=holes,
@@ -127,6 +133,8 @@ def infill_request_ar(
         violations=[v.to_dict() for v in violations],
         model=loaded.identity(),
         device=str(next(network.parameters()).device),
+        confidence=confidence,
+        domain=domain,
     )
 
 
@@ -247,6 +255,7 @@ def _fill_free(
     terminators = list(canvas.terminators())
     logits, cache, position = context.last_logits, context.cache, len(context.ids)
     tokens: list[int] = []
+    chosen: list[float] = []
     trace: list[dict[str, Any]] = []
     passes = 1  # the prompt's forward
     for offset in range(hole.max_len):
@@ -263,6 +272,7 @@ def _fill_free(
         if token in terminators:
             break
         tokens.append(token)
+        chosen.append(prob)
         if pattern is not None:
             state = pattern.advance(state, token)
             if state == CharAutomaton.DEAD:  # cannot happen: allowed() keeps it alive
@@ -272,7 +282,7 @@ def _fill_free(
         logits, cache = _step(network, cache, token, position, cfg)
         position += 1
         passes += 1
-    return _Fill(tokens, passes, trace)
+    return _Fill(tokens, passes, trace, chosen)
 
 
 def _choose(
@@ -334,7 +344,8 @@ def _fill_choice(
         pick = int(torch.multinomial(torch.softmax(scores / cfg.temperature, 0), 1, generator=generator))
     probs = torch.softmax(scores, 0)
     trace = [{"hole": hole.name, "choice": choice.choices[pick], "p": round(float(probs[pick]), 6)}]
-    return _Fill(candidates[pick], 1 + len(candidates), trace)
+    return _Fill(candidates[pick], 1 + len(candidates), trace,
+                 [float(probs[pick])] * len(candidates[pick]))
 
 
 __all__ = [

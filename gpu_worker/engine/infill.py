@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from gpu_worker.engine.canvas import Canvas, parse_canvas
+from gpu_worker.engine.confidence import outcome_confidence
 from gpu_worker.engine.config import SamplerConfig, config_from_request
 from gpu_worker.engine.loaded import LoadedModel
 from gpu_worker.engine.outcome import DIFFUSION, Hooks, Outcome
@@ -191,6 +192,10 @@ def _outcome(
     violations: list[dict[str, str]],
     device: str,
 ) -> Outcome:
+    probs = result.confidence if result.confidence is not None else torch.full_like(
+        result.ids, float("nan"), dtype=torch.float32)  # fmt: skip
+    confidence, domain = outcome_confidence(canvas, result.ids, probs, loaded.tokenizer,
+                                            directory=loaded.directory, route=DIFFUSION)  # fmt: skip
     return Outcome(
         holes=result.hole_texts,
         document=result.document,
@@ -206,6 +211,8 @@ def _outcome(
         violations=violations,
         model=loaded.identity(),
         device=device,
+        confidence=confidence,
+        domain=domain,
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_worker.engine.trace import trace_chain
@@ -59,6 +59,11 @@ class Outcome:
     violations: list[dict[str, str]]  # validation: {"name", "hole", "message"}; [] = valid
     model: dict[str, Any]  # LoadedModel.identity(): name, kind, hashes, placeholder
     device: str  # the torch device that ran the model
+    # request hole name -> {"p", "low", "marks", "signal", "calibrated"} (engine.confidence)
+    confidence: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the locked text against the training corpus: {"score", "unfamiliar", "threshold"}, or
+    # None when the model ships no domain profile (engine.domain)
+    domain: dict[str, Any] | None = None
 
     @property
     def trace_sha256(self) -> str:

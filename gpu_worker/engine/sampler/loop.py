@@ -173,6 +173,7 @@ def _result(state: RowState, trace: list[StepInfo], cancelled: bool) -> DenoiseR
         trace=trace,
         cancelled=cancelled,
         blocks=len(state.plan.blocks),
+        confidence=state.confidence.detach().to("cpu", torch.float32, copy=True),
     )
 
 

@@ -38,6 +38,8 @@ class DenoiseResult:
     trace: list[StepInfo]  # one entry per step, in order
     cancelled: bool  # should_stop() returned True; masks may remain
     blocks: int  # number of blocks planned
+    # [L] float on CPU: each position's probability at its (last) commit; nan = never written
+    confidence: torch.Tensor | None = None
 
 
 def canvas_sha256(ids: torch.Tensor) -> str:

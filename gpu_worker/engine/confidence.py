@@ -1,0 +1,344 @@
+"""Each span's confidence: the probability that the text the route wrote is right.
+
+Both routes keep, for every position they wrote, the probability the model gave the token it
+committed there (the sampler's ``RowState.confidence``: at its commit, or at its last one
+after a re-mask; the AR route: at its decoding; a ``choices`` hole: the chosen candidate's
+share, on every position of it). From those a span gets one *signal* (``SIGNALS``), and the
+model directory's ``confidence.json`` maps the signal, per route and hole class, to the
+probability that the span is right, as measured on the validation split (an isotonic curve,
+monotone by construction). Without that file the score is the span's geometric-mean token
+probability, marked ``"calibrated": false``.
+
+What a hole gets (``Outcome.confidence[hole]``, the job result's ``confidence``)::
+
+    {"p": 0.83, "low": false, "marks": [[12, 19]], "signal": "mean_logp", "calibrated": true}
+
+``low`` is ``p`` under the file's threshold for the hole class; ``marks`` are the character
+ranges, in the hole's text, of the tokens the model was least sure of (probability under the
+file's ``mark_below``, the surest tokens never marked, at most ``MAX_MARKS`` of them).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpu_worker.engine.canvas import Canvas, Hole
+from gpu_worker.engine.constraints import ChoiceConstraint, PatternConstraint
+from gpu_worker.engine.domain import assess_text
+from gpu_worker.engine.tokenizer import StencilTokenizer
+
+CALIBRATION_FILE = "confidence.json"
+CALIBRATION_FORMAT = "stencil-confidence/1"
+HOLE_CLASSES = ("free", "pattern", "choice")  # what a request hole's constraint makes it
+ANY_CLASS = "all"  # a route's curve for classes without their own
+UNCALIBRATED_SIGNAL = "gmean_p"
+UNCALIBRATED_LOW_BELOW = 0.5  # without a calibration: low under this geometric-mean probability
+UNCALIBRATED_MARK_BELOW = 0.5
+MAX_MARKS = 3  # tokens marked per span at most
+_FLOOR = 1e-6  # probabilities are floored here before their logarithm
+
+
+# -- signals ------------------------------------------------------------------------------------
+def _logs(probs: Sequence[float]) -> list[float]:
+    return [math.log(max(float(p), _FLOOR)) for p in probs]
+
+
+SIGNALS = {  # name -> the span's score from its tokens' probabilities (never empty)
+    "mean_logp": lambda ps: sum(_logs(ps)) / len(ps),
+    "min_logp": lambda ps: min(_logs(ps)),
+    "gmean_p": lambda ps: math.exp(sum(_logs(ps)) / len(ps)),
+    "mean_p": lambda ps: sum(float(p) for p in ps) / len(ps),
+    "min_p": lambda ps: min(float(p) for p in ps),
+    "low3_logp": lambda ps: sum(sorted(_logs(ps))[:3]) / min(3, len(ps)),
+}
+
+
+def span_signal(name: str, probs: Sequence[float]) -> float:
+    """The signal ``name`` of a span with token probabilities ``probs`` (``ValueError`` for
+    an unknown name or no tokens)."""
+    if name not in SIGNALS:
+        raise ValueError(f"signal={name!r} is not one of {sorted(SIGNALS)}")
+    if not probs:
+        raise ValueError("a span without tokens has no signal")
+    return float(SIGNALS[name](probs))
+
+
+# -- the calibration curve ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Isotonic:
+    """A non-decreasing map from a signal to P(right): linear between fitted points."""
+
+    x: tuple[float, ...]  # ascending signal values
+    y: tuple[float, ...]  # P(right) at each, non-decreasing, in [0, 1]
+
+    def __post_init__(self) -> None:
+        if not self.x or len(self.x) != len(self.y):
+            raise ValueError(f"an isotonic curve needs as many x as y, at least one: {self}")
+        if any(b < a for a, b in zip(self.x, self.x[1:], strict=False)):
+            raise ValueError("an isotonic curve's x must ascend")
+        if any(b < a for a, b in zip(self.y, self.y[1:], strict=False)):
+            raise ValueError("an isotonic curve's y must not decrease")
+        if not all(0.0 <= v <= 1.0 for v in self.y):
+            raise ValueError("an isotonic curve's y must lie in [0, 1]")
+
+    def __call__(self, score: float) -> float:
+        if math.isnan(score) or score <= self.x[0]:
+            return self.y[0]
+        if score >= self.x[-1]:
+            return self.y[-1]
+        i = bisect.bisect_right(self.x, score)
+        x0, x1, y0, y1 = self.x[i - 1], self.x[i], self.y[i - 1], self.y[i]
+        t = 0.0 if x1 == x0 else (score - x0) / (x1 - x0)
+        return min(max(y0 + t * (y1 - y0), y0), y1)
+
+    @classmethod
+    def fit(
+        cls, scores: Sequence[float], labels: Sequence[bool], *, prior: float = 1.0
+    ) -> Isotonic:
+        """Pool-adjacent-violators on (score, label), each pooled block's mean smoothed by
+        ``prior`` pseudo-counts toward the overall rate; one point per block at its mean score."""
+        if not scores or len(scores) != len(labels):
+            raise ValueError("fit needs as many labels as scores, at least one")
+        base = sum(bool(v) for v in labels) / len(labels)
+        blocks: list[list[float]] = []  # [sum score, sum label, count]
+        for s, v in sorted(zip(scores, labels, strict=True)):
+            blocks.append([float(s), float(bool(v)), 1.0])
+            while (
+                len(blocks) > 1 and blocks[-2][1] / blocks[-2][2] >= blocks[-1][1] / blocks[-1][2]
+            ):
+                last = blocks.pop()
+                blocks[-1] = [a + b for a, b in zip(blocks[-1], last, strict=True)]
+        xs = [b[0] / b[2] for b in blocks]
+        ys = [(b[1] + prior * base) / (b[2] + prior) for b in blocks]
+        for i in range(1, len(ys)):  # smoothing keeps the order; guard float ties
+            ys[i] = max(ys[i], ys[i - 1])
+        return cls(tuple(xs), tuple(ys))
+
+    def to_json(self) -> dict[str, list[float]]:
+        return {"x": [round(v, 6) for v in self.x], "y": [round(v, 6) for v in self.y]}
+
+
+@dataclass(frozen=True)
+class RouteCalibration:
+    """One route's calibration: its signal, a curve and a threshold per hole class."""
+
+    signal: str
+    curves: dict[str, Isotonic]  # hole class (or ANY_CLASS) -> curve
+    low_below: dict[str, float]  # hole class (or ANY_CLASS) -> p under which a span is low
+    mark_below: float  # a token under this probability may be marked
+    domain_weight: float = 0.0  # the signal minus this times the canvas's domain score
+
+    def curve(self, hole_class: str) -> Isotonic:
+        return self.curves.get(hole_class) or self.curves[ANY_CLASS]
+
+    def threshold(self, hole_class: str) -> float:
+        return self.low_below.get(hole_class, self.low_below[ANY_CLASS])
+
+    def score(self, probs: Sequence[float], domain_score: float) -> float:
+        return span_signal(self.signal, probs) - self.domain_weight * domain_score
+
+    def to_json(self) -> dict[str, Any]:
+        return {"signal": self.signal, "mark_below": self.mark_below,
+                "domain_weight": self.domain_weight, "low_below": self.low_below,
+                "curves": {k: c.to_json() for k, c in self.curves.items()}}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RouteCalibration:
+        curves = {k: Isotonic(tuple(c["x"]), tuple(c["y"])) for k, c in data["curves"].items()}
+        low = {k: float(v) for k, v in data["low_below"].items()}
+        if ANY_CLASS not in curves or ANY_CLASS not in low:
+            raise ValueError(f"a route calibration needs an {ANY_CLASS!r} curve and threshold")
+        span_signal(str(data["signal"]), [0.5])  # an unknown signal is refused here
+        return cls(str(data["signal"]), curves, low, float(data["mark_below"]),
+                   float(data.get("domain_weight", 0.0)))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A model directory's ``confidence.json``: one :class:`RouteCalibration` per route."""
+
+    routes: dict[str, RouteCalibration]
+    source: str = ""  # what it was fitted on
+    metrics: dict[str, Any] = field(default_factory=dict)  # what it measured on val
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": CALIBRATION_FORMAT, "source": self.source, "metrics": self.metrics,
+                "routes": {k: r.to_json() for k, r in self.routes.items()}}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Calibration:
+        if data.get("format") != CALIBRATION_FORMAT:
+            raise ValueError(
+                f"calibration format {data.get('format')!r} is not {CALIBRATION_FORMAT}"
+            )
+        routes = {k: RouteCalibration.from_json(v) for k, v in data["routes"].items()}
+        return cls(routes, str(data.get("source", "")), dict(data.get("metrics", {})))
+
+
+def load_calibration(directory: Path) -> Calibration | None:
+    """The directory's calibration, or None when it has none (read once per file version)."""
+    path = Path(directory) / CALIBRATION_FILE
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        return None
+    return _load(str(path), stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _load(path: str, _stamp: int) -> Calibration:
+    return Calibration.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+# -- a span's tokens --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SpanTokens:
+    """A request hole's written tokens: their probabilities and character ranges."""
+
+    probs: list[float]
+    offsets: list[tuple[int, int]]  # [start, end) of each token in the hole's text
+    hole_class: str  # one of HOLE_CLASSES
+
+
+def hole_class(holes: Sequence[Hole]) -> str:
+    """The class of a request hole from its canvas spans' constraints."""
+    constraints = [h.constraint for h in holes]
+    if any(isinstance(c, ChoiceConstraint) for c in constraints):
+        return "choice"
+    if any(isinstance(c, PatternConstraint) for c in constraints) or len(holes) > 1:
+        return "pattern"  # a pattern, or the values of a JSON skeleton
+    return "free"
+
+
+def span_tokens(
+    canvas: Canvas, ids: torch.Tensor, probs: torch.Tensor, tokenizer: StencilTokenizer
+) -> dict[str, SpanTokens]:
+    """Each request hole's tokens from the final ``ids`` [L] and ``probs`` [L] (nan where
+    the route wrote nothing)."""
+    values = probs.detach().to("cpu", torch.float64).tolist()
+    texts = canvas.span_texts(ids, tokenizer)
+    out: dict[str, SpanTokens] = {}
+    for name in canvas.groups:
+        spans = [h for h in canvas.holes if h.group == name]
+        token_probs: list[float] = []
+        offsets: list[tuple[int, int]] = []
+        cursor = 0  # characters of the hole's text before the current piece
+        for piece in canvas.pieces:
+            if piece.group != name:
+                continue
+            if piece.hole is None:
+                cursor += len(piece.text or "")
+                continue
+            hole = canvas.holes[piece.hole]
+            for position, (a, b) in _token_ranges(canvas, ids, hole, tokenizer):
+                p = values[position]
+                token_probs.append(1.0 if math.isnan(p) else p)  # a forced token is sure
+                offsets.append((cursor + a, cursor + b))
+            cursor += len(texts[piece.hole])
+        out[name] = SpanTokens(token_probs, offsets, hole_class(spans))
+    return out
+
+
+def _token_ranges(
+    canvas: Canvas, ids: torch.Tensor, hole: Hole, tokenizer: StencilTokenizer
+) -> list[tuple[int, tuple[int, int]]]:
+    """(canvas position, [start, end) in the span's text) of each kept token of ``hole``."""
+    raw = isinstance(hole.constraint, PatternConstraint)
+    kept = [t for t in canvas.kept_tokens(ids, hole) if t != canvas.mask_id]
+    out: list[tuple[int, tuple[int, int]]] = []
+    previous = 0
+    for i in range(len(kept)):
+        text = tokenizer.decode(kept[: i + 1], raw=raw)
+        end = len(text) - len(hole.prefix) if text.startswith(hole.prefix) else len(text)
+        end = max(end, previous)
+        out.append((hole.start + i, (previous, end)))
+        previous = end
+    return out
+
+
+# -- a hole's confidence ----------------------------------------------------------------------
+def hole_confidence(
+    tokens: SpanTokens, route: RouteCalibration | None, *, domain_score: float = 0.0
+) -> dict[str, Any]:
+    """``{"p", "low", "marks", "signal", "calibrated"}`` of one request hole."""
+    if route is None:
+        signal, calibrated, mark_below = UNCALIBRATED_SIGNAL, False, UNCALIBRATED_MARK_BELOW
+        p = span_signal(signal, tokens.probs) if tokens.probs else 0.0
+        low = p < UNCALIBRATED_LOW_BELOW
+    else:
+        signal, calibrated, mark_below = route.signal, True, route.mark_below
+        curve = route.curve(tokens.hole_class)
+        p = curve(route.score(tokens.probs, domain_score)) if tokens.probs else curve.y[0]
+        low = p < route.threshold(tokens.hole_class)
+    p = min(max(float(p), 0.0), 1.0)
+    return {"p": round(p, 4), "low": bool(low), "marks": token_marks(tokens, mark_below),
+            "signal": signal, "calibrated": calibrated}  # fmt: skip
+
+
+def token_marks(tokens: SpanTokens, mark_below: float) -> list[list[int]]:
+    """Character ranges of the least sure tokens (under ``mark_below``, at most MAX_MARKS,
+    adjacent ones merged), in text order; a token without characters is never marked."""
+    unsure = sorted((p, i) for i, p in enumerate(tokens.probs)
+                    if p < mark_below and tokens.offsets[i][1] > tokens.offsets[i][0])  # fmt: skip
+    picked = sorted(i for _p, i in unsure[:MAX_MARKS])
+    marks: list[list[int]] = []
+    for i in picked:
+        a, b = tokens.offsets[i]
+        if marks and marks[-1][1] >= a:
+            marks[-1][1] = max(marks[-1][1], b)
+        else:
+            marks.append([a, b])
+    return marks
+
+
+def locked_texts(canvas: Canvas) -> list[str]:
+    """The canvas's locked segments (a template's locked text and a draft's typed values)."""
+    return [p.text for p in canvas.pieces if p.hole is None and p.group is None and p.text]
+
+
+def outcome_confidence(
+    canvas: Canvas,
+    ids: torch.Tensor,
+    probs: torch.Tensor,
+    tokenizer: StencilTokenizer,
+    *,
+    directory: Path,
+    route: str,
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
+    """Every request hole's confidence for ``route`` under ``directory``'s calibration, and
+    the domain of the canvas's locked text (None when the model ships no profile)."""
+    domain = assess_text(directory, locked_texts(canvas))
+    calibration = load_calibration(directory)
+    calibrated = calibration.routes.get(route) if calibration is not None else None
+    score = float(domain["score"]) if domain is not None else 0.0
+    confidence = {name: hole_confidence(tokens, calibrated, domain_score=score)
+                  for name, tokens in span_tokens(canvas, ids, probs, tokenizer).items()}  # fmt: skip
+    return confidence, domain
+
+
+__all__ = [
+    "CALIBRATION_FILE",
+    "HOLE_CLASSES",
+    "SIGNALS",
+    "Calibration",
+    "Isotonic",
+    "RouteCalibration",
+    "SpanTokens",
+    "hole_class",
+    "hole_confidence",
+    "load_calibration",
+    "locked_texts",
+    "outcome_confidence",
+    "span_signal",
+    "span_tokens",
+    "token_marks",
+]
