@@ -142,15 +142,13 @@ def result_domain(result: Any) -> dict[str, Any] | None:
 
 
 def version_domain(version: Any) -> dict[str, Any] | None:
-    """The domain score of a template version's locked text, where Stencil measures one
-    (``drafting.authoring.template_version_domain``; None where it does not, or cannot)."""
+    """The domain score of a template version's locked text
+    (:func:`drafting.authoring.template_version_domain`); None where the model ships no domain
+    profile, or the version no longer parses."""
     from drafting import authoring
     from drafting.templating import TemplateError
 
-    measure = getattr(authoring, "template_version_domain", None)
-    if measure is None:
-        return None
     try:
-        return domain_clean(measure(version=version))
+        return domain_clean(authoring.template_version_domain(version=version))
     except (TemplateError, ValueError, OSError):  # a version that no longer parses: no score
         return None

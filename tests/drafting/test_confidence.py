@@ -193,18 +193,18 @@ def test_a_familiar_template_has_no_domain_warning(
 
 @pytest.mark.django_db
 def test_a_template_measured_unfamiliar_is_warned_about_before_any_fill(
-    client_in: Client, draft: Draft, monkeypatch: pytest.MonkeyPatch
+    client_in: Client, user: Any, settings: Any, draft: Draft
 ) -> None:
-    """Where the template's own domain score is measured (drafting.authoring), a draft says so
-    before the model has written anything; a job's score, with the typed values, wins later."""
-    from drafting import authoring
+    """A draft of a template whose locked text the shipped denoiser's corpus never has says so
+    before the model has written anything; a draft of a corpus kind does not."""
+    from tests.drafting.test_domain_warning import DENOISER, FOREIGN_SOURCE
 
-    monkeypatch.setattr(authoring, "template_version_domain",
-                        lambda *, version: UNFAMILIAR, raising=False)  # fmt: skip
-    assert confidence.DOMAIN_WARNING in page(client_in, f"/drafts/{draft.id}/")
-    monkeypatch.setattr(authoring, "template_version_domain",
-                        lambda *, version: None, raising=False)  # fmt: skip
-    assert confidence.DOMAIN_WARNING not in page(client_in, f"/drafts/{draft.id}/")
+    settings.STENCIL_MODEL_DIR = DENOISER
+    foreign = services.template_version_create(slug="release-notes", title="Release notes",
+                                               kind="release_notes", source=FOREIGN_SOURCE)  # fmt: skip
+    notes = services.draft_create(owner=user, version=foreign, values={})
+    assert confidence.DOMAIN_WARNING in page(client_in, f"/drafts/{notes.id}/")
+    assert confidence.DOMAIN_WARNING not in page(client_in, f"/drafts/{draft.id}/")  # a referral
 
 
 # -- regenerate -------------------------------------------------------------------------------
