@@ -137,7 +137,8 @@ def test_a_reviewer_reports_a_bad_span_and_sees_its_incident_status(
     card.get_by_label("It states something wrong or invented").check()
     card.get_by_role("button", name="Send report on Clinical summary").click()
     incident = Incident.objects.get()
-    run = RunRecord.objects.get(job_id=str(job.id))
+    job.refresh_from_db()  # the span's run: the one whose result the draft holds
+    run = RunRecord.objects.filter(job_id=str(job.id)).get(pk=job.result["run_id"])
     assert (incident.kind, incident.run_id, incident.reporter_name) == ("user_report", run.pk,
                                                                          "alice")  # fmt: skip
     assert "Invents an ECG result" in incident.summary
