@@ -57,3 +57,14 @@ def click_and_settle(page: Any, control: Any) -> None:
                                   {once: true}); }""")
     control.click()
     page.wait_for_function("window.stencilSwaps > 0")
+
+
+def accept_span(page: Any, card: Any) -> None:
+    """Accept one provisional span as a person would: its Accept button, or, for a span the
+    model flagged as a guess, the deliberate "Accept anyway…" and its confirmation."""
+    plain = card.get_by_role("button", name=re.compile(r"^Accept (?!anyway)"))
+    if plain.count():
+        click_and_settle(page, plain.first)
+        return
+    card.locator("summary", has_text="Accept anyway").click()
+    click_and_settle(page, card.get_by_role("button", name=re.compile(r"^Yes, accept anyway")))

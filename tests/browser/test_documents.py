@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 
 from drafting.models import Draft
-from tests.browser.pages import click_and_settle, job_id_of, log_in, span_card, watch_job
+from tests.browser.pages import (
+    accept_span,
+    click_and_settle,
+    job_id_of,
+    log_in,
+    span_card,
+    watch_job,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -24,7 +31,7 @@ def accept_every_span(page: Any) -> None:
     cards = page.locator("li.span-card.status-provisional")
     while cards.count():
         before = cards.count()
-        click_and_settle(page, cards.first.get_by_role("button", name=re.compile(r"^Accept")))
+        accept_span(page, cards.first)
         page.wait_for_function(
             f"document.querySelectorAll('li.span-card.status-provisional').length < {before}"
         )

@@ -12,7 +12,14 @@ import pytest
 
 from drafting import services
 from drafting.models import Draft, DraftRevision, InfillJob
-from tests.browser.pages import click_and_settle, job_id_of, log_in, span_card, watch_job
+from tests.browser.pages import (
+    accept_span,
+    click_and_settle,
+    job_id_of,
+    log_in,
+    span_card,
+    watch_job,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -61,7 +68,7 @@ def test_draft_a_referral_letter_from_login_to_export(
     page.screenshot(path=str(screenshot_dir / "review.png"), full_page=True)
 
     # 4. Accept one span, write the locked one by hand, regenerate another.
-    click_and_settle(page, span_card(page, "Reason for referral").get_by_role("button", name="Accept"))
+    accept_span(page, span_card(page, "Reason for referral"))
     assert "accepted" in span_card(page, "Reason for referral").inner_text()
     urgency = span_card(page, "Urgency")
     urgency.locator("summary", has_text="Edit by hand").click()
@@ -76,7 +83,7 @@ def test_draft_a_referral_letter_from_login_to_export(
     assert "Urgency: soon." in page.locator("#document").inner_text()
     assert page.locator("#document .status-provisional").count() == 1
     assert span_card(page, "Reason for referral").locator("blockquote").inner_text() == reason_text
-    click_and_settle(page, span_card(page, "Clinical summary").get_by_role("button", name="Accept"))
+    accept_span(page, span_card(page, "Clinical summary"))
 
     # 5. Accept the draft. A second tab opened before that cannot accept a second time.
     stale_tab = page.context.new_page()
