@@ -116,7 +116,7 @@ def test_the_correction_share_is_labelled_with_the_name_of_the_version_that_wrot
     version = {"id": 7, "name": "tuned", "scope": "template:referral", "weights_sha256": "ab"}
     job = InfillJob.objects.get(draft=draft)
     InfillJob.objects.filter(pk=job.pk).update(
-        result={**job.result, "model": "tiny-denoiser", "model_version": version})
+        result={**(job.result or {}), "model": "tiny-denoiser", "model_version": version})
     summary = draft.fragments.get(kind=Fragment.Kind.FILL, name="summary")
     Fragment.objects.filter(pk=summary.pk).update(status=Fragment.Status.EDITED)
     samples = [s for family in REVIEW_REGISTRY.collect()

@@ -123,7 +123,7 @@ def test_a_promotion_and_a_rollback_take_effect_on_a_running_worker(
     }  # fmt: skip
     # the job's result, its page and its API answer name the version the run record names
     tuned_job.refresh_from_db()
-    assert tuned_job.result["model_version"] == body["stencil.model_version"]
+    assert (tuned_job.result or {}).get("model_version") == body["stencil.model_version"]
     assert "Written by model version tuned (promoted for this template)." in page_text(
         tuned_job, user)
     answer = api_answer(tuned_job, user)
