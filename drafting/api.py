@@ -321,7 +321,7 @@ def config_note(job: InfillJob) -> str:
     result = job.result if isinstance(job.result, dict) else {}
     ran, ran_sha = result.get("config"), str(result.get("config_sha256") or "")
     if not ran_sha:
-        return requested.capitalize() + "."
+        return f"Config requested: {_config_words(job.config, job.config_sha256)}."
     if ran_sha == job.config_sha256:
         return f"The config that ran, as requested: {_config_words(ran, ran_sha)}."
     return f"The config that ran: {_config_words(ran, ran_sha)} ({requested})."
