@@ -294,6 +294,39 @@ def _step_text(state: str, step: int, max_steps: int) -> str:
     return "—"
 
 
+def written_by(result: Any) -> str | None:
+    """The model version that wrote a job's result, in plain words; None before a result or
+    for a result that does not name it."""
+    version = result.get("model_version") if isinstance(result, dict) else None
+    if not isinstance(version, dict) or not version.get("name"):
+        return None
+    name, scope = str(version["name"]), str(version.get("scope") or "")
+    if scope.startswith("template:"):
+        return f"Written by model version {name} (promoted for this template)."
+    if scope == "default":
+        return f"Written by model version {name} (promoted as the default)."
+    return f"Written by the configured model ({name})."
+
+
+def _config_words(config: Any, sha256: str) -> str:
+    config = config if isinstance(config, dict) else {}
+    return (f"cache {config.get('cache', '?')}, {config.get('max_steps', '?')} steps, "
+            f"sha256 {sha256[:12]}")  # fmt: skip
+
+
+def config_note(job: InfillJob) -> str:
+    """The sampler config that ran (the worker fits the requested one to its model, e.g. a
+    block-diffusion model runs its block cache) and, where it differs, the requested one."""
+    requested = f"requested: {_config_words(job.config, job.config_sha256)}"
+    result = job.result if isinstance(job.result, dict) else {}
+    ran, ran_sha = result.get("config"), str(result.get("config_sha256") or "")
+    if not ran_sha:
+        return f"Config requested: {_config_words(job.config, job.config_sha256)}."
+    if ran_sha == job.config_sha256:
+        return f"The config that ran, as requested: {_config_words(ran, ran_sha)}."
+    return f"The config that ran: {_config_words(ran, ran_sha)} ({requested})."
+
+
 def job_json(job: InfillJob) -> dict[str, Any]:
     labels = _hole_labels(job)
     result = None
@@ -311,7 +344,10 @@ def job_json(job: InfillJob) -> dict[str, Any]:
         "reason_codes": job.reasons,
         "attempts": len(job.attempts),
         "seed": job.seed,
-        "config_sha256": job.config_sha256,
+        "config_sha256": job.config_sha256,  # of the requested config (the row's)
+        "requested_config": job.config,
+        "written_by": written_by(job.result),
+        "config_note": config_note(job),
         "started": job.started.isoformat() if job.started else None,
         "finished": job.finished.isoformat() if job.finished else None,
         "urls": {

@@ -179,7 +179,9 @@ class ReviewCollector:
         counts: dict[tuple[str, str], list[int]] = {}
         for slug, result, status in reviewed.iterator():
             result = result if isinstance(result, dict) else {}
-            model = str(result.get("model_version") or result.get("model") or "unknown")
+            version = result.get("model_version")
+            name = version.get("name") if isinstance(version, dict) else version
+            model = str(name or result.get("model") or "unknown")
             total_corrected = counts.setdefault((slug, model), [0, 0])
             total_corrected[0] += 1
             total_corrected[1] += status != "accepted"

@@ -206,8 +206,25 @@ SCHEMAS: dict[str, Any] = {
                     "domain": DOMAIN,
                     "needs_person": {"type": "boolean",
                                      "description": "every route's result had a low span"},
+                    "model_version": _object({
+                        "id": {"type": ["integer", "null"]}, "name": {"type": "string"},
+                        "scope": {"type": "string", "description":
+                                  '"template:<slug>", "default" or "configured"'},
+                        "weights_sha256": {"type": "string"}}),
+                    "config": {"type": "object", "description":
+                               "the sampler config that ran: the requested one fitted to the "
+                               "model (a block-diffusion model runs cache \"block\")"},
+                    "config_sha256": {"type": "string",
+                                      "description": "sha256 of the config that ran"},
                 },
             }]},
+            "config_sha256": {"type": "string", "description": "sha256 of the requested config"},
+            "requested_config": {"type": "object",
+                                 "description": "the sampler config frozen when the job was made"},
+            "written_by": {"type": ["string", "null"],
+                           "description": "the model version that wrote the result, in words"},
+            "config_note": {"type": "string",
+                            "description": "the config that ran and the requested one, in words"},
             "reasons": {"type": "array", "items": {"type": "string"},
                         "description": "why the job failed or was cancelled"},
             "cancel_requested": {"type": "boolean"},

@@ -308,7 +308,8 @@ def _run_claimed(claim: Claim, held: Held, decision: RouteDecision,
         violations = [*outcome.violations, *_injected_violations(route)]
         _observe_attempt(outcome, route, decision)
         if not violations:
-            this = _Kept(outcome, route, attempt, run_id, batch, loaded.name, loaded.placeholder)
+            this = _Kept(outcome, route, attempt, run_id, batch, loaded.name, loaded.placeholder,
+                         dict(context.model_version or {}))  # fmt: skip
             low = _observe_confidence(outcome, route)
             if kept is None and low and confidence_escalates(route=route, confidence=outcome.confidence) \
                     and any(r != route for r, _c in plans[attempt + 1 :]):  # fmt: skip
@@ -357,6 +358,7 @@ class _Kept:
     batch: list[str]
     model: str
     placeholder: bool
+    version: dict[str, Any]  # the model version that wrote it, as its run record names it
 
 
 def _succeed(claim: Claim, kept: _Kept, *, needs_person: bool) -> str:
@@ -367,7 +369,10 @@ def _succeed(claim: Claim, kept: _Kept, *, needs_person: bool) -> str:
               "forward_passes": outcome.forward_passes, "steps": outcome.steps,
               "batch_size": len(kept.batch), "model": kept.model,
               "placeholder_model": kept.placeholder, "confidence": outcome.confidence,
-              "domain": outcome.domain, "needs_person": needs_person}  # fmt: skip
+              "domain": outcome.domain, "needs_person": needs_person,
+              "model_version": kept.version,
+              # the config that ran (the model's fit of the requested one on the row)
+              "config": outcome.config, "config_sha256": outcome.config_sha256}  # fmt: skip
     with transaction.atomic():  # the result and the draft's revision, or neither
         written = job_finish(job, claim.token, state=InfillJob.State.SUCCEEDED, result=result)
         if written:

@@ -41,7 +41,9 @@ def test_a_succeeded_job_shows_its_result_not_its_last_progress_row(
     page.goto(f"{live_server.url}/jobs/{job.id}/")  # open while queued: the page polls
     InfillJob.objects.filter(pk=job.pk).update(state="running", progress=stale_progress(job))
     page.wait_for_function("document.getElementById('committed').textContent === '50%'")
-    job_succeed(job, {"reason": FULL})
+    assert page.locator("#written-by").is_hidden()  # no result yet: no writer named
+    job_succeed(job, {"reason": FULL}, model_version={
+        "id": 3, "name": "tuned", "scope": "template:referral", "weights_sha256": "ab"})
     InfillJob.objects.filter(pk=job.pk).update(
         progress=stale_progress(job), result={**(job.result or {}), "steps": 20}
     )
@@ -49,6 +51,9 @@ def test_a_succeeded_job_shows_its_result_not_its_last_progress_row(
     for seen in (page, page.context.new_page()):
         if seen is not page:
             seen.goto(f"{live_server.url}/jobs/{job.id}/")  # and as the server renders it
+        assert seen.locator("#written-by").is_visible()
+        assert seen.locator("#written-by").inner_text() == (
+            "Written by model version tuned (promoted for this template).")
         assert seen.locator("#committed").inner_text() == "100%"
         assert seen.locator("#stable .stable-text").first.inner_text() == FULL
         assert seen.locator("#step").inner_text() == "20 steps"

@@ -12,7 +12,7 @@ from corpora.models import Corpus, CorpusDocument, ReviewFeed
 from corpora.selectors import document_text
 from drafting import services, signals
 from drafting.metrics import REVIEW_REGISTRY
-from drafting.models import Draft, Fragment
+from drafting.models import Draft, Fragment, InfillJob
 from tests.drafting.helpers import REFERRAL_SOURCE, VALUES, reviewed_draft
 
 pytestmark = pytest.mark.django_db
@@ -107,3 +107,20 @@ def test_the_correction_share_is_reported_per_template_and_model(draft: Draft, u
                              for s in family.samples]  # fmt: skip
     assert [(s.labels, round(s.value, 3)) for s in samples] == [
         ({"template": "referral", "model": "unknown"}, round(1 / 3, 3))]
+
+
+def test_the_correction_share_is_labelled_with_the_name_of_the_version_that_wrote_it(
+    draft: Draft, user: Any,
+) -> None:  # fmt: skip
+    reviewed_draft(draft, user)
+    version = {"id": 7, "name": "tuned", "scope": "template:referral", "weights_sha256": "ab"}
+    job = InfillJob.objects.get(draft=draft)
+    InfillJob.objects.filter(pk=job.pk).update(
+        result={**(job.result or {}), "model": "tiny-denoiser", "model_version": version})
+    summary = draft.fragments.get(kind=Fragment.Kind.FILL, name="summary")
+    Fragment.objects.filter(pk=summary.pk).update(status=Fragment.Status.EDITED)
+    samples = [s for family in REVIEW_REGISTRY.collect()
+               if family.name == "stencil_user_correction_ratio_by_template"
+               for s in family.samples]  # fmt: skip
+    assert [(s.labels, round(s.value, 3)) for s in samples] == [
+        ({"template": "referral", "model": "tuned"}, round(1 / 3, 3))]

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 import torch
+from django.test import Client
+from django.urls import reverse
 
 from audit.models import RunRecord
 from audit.replay import ReplayError
@@ -22,6 +24,7 @@ from audit.services import run_replay
 from corpora import services as corpora_services
 from corpora.models import ModelVersion
 from drafting import services
+from drafting.auth import api_token_create
 from drafting.models import DocumentTemplate, InfillJob
 from gpu_worker.engine.loaded import file_sha256
 from tests.conftest import wait_for
@@ -73,6 +76,23 @@ def ran_with(job: InfillJob) -> tuple[RunRecord, dict[str, Any]]:
     return run, body
 
 
+def page_text(job: InfillJob, user: Any) -> str:
+    """The job page as its owner sees it."""
+    client = Client()
+    client.force_login(user)
+    response = client.get(reverse("drafting:job_detail", args=[job.pk]))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def api_answer(job: InfillJob, user: Any) -> dict[str, Any]:
+    client = Client(HTTP_AUTHORIZATION=f"Token {api_token_create(user=user, name='v')[1]}")
+    response = client.get(reverse("api:job_detail", args=[job.pk]))
+    assert response.status_code == 200
+    data: dict[str, Any] = response.json()
+    return data
+
+
 def test_a_promotion_and_a_rollback_take_effect_on_a_running_worker(
     amqp_worker: Any, demo_templates: None, user: Any, staff: Any,
     chain: dict[str, ModelVersion], one_thread: None,
@@ -87,6 +107,8 @@ def test_a_promotion_and_a_rollback_take_effect_on_a_running_worker(
         "id": chain["configured"].pk, "name": chain["configured"].name, "scope": "configured",
         "weights_sha256": chain["configured"].weights_sha256,
     }  # fmt: skip
+    assert f"Written by the configured model ({chain['configured'].name})." in page_text(
+        before, user)
 
     corpora_services.model_version_promote(version=chain["base"], user=staff)  # the default
     corpora_services.model_version_promote(version=chain["tuned"], user=staff, templates=[referral])
@@ -99,11 +121,20 @@ def test_a_promotion_and_a_rollback_take_effect_on_a_running_worker(
         "id": chain["tuned"].pk, "name": "tuned", "scope": "template:referral-letter",
         "weights_sha256": chain["tuned"].weights_sha256,
     }  # fmt: skip
+    # the job's result, its page and its API answer name the version the run record names
+    tuned_job.refresh_from_db()
+    assert (tuned_job.result or {}).get("model_version") == body["stencil.model_version"]
+    assert "Written by model version tuned (promoted for this template)." in page_text(
+        tuned_job, user)
+    answer = api_answer(tuned_job, user)
+    assert answer["result"]["model_version"] == body["stencil.model_version"]
+    assert answer["written_by"] == "Written by model version tuned (promoted for this template)."
     assert body["stencil.model"]["dir"] == chain["tuned"].directory
     assert body["stencil.model"]["weights_sha256"] == chain["tuned"].weights_sha256
     _, body = ran_with(api_job)  # a job without a template runs the default
     assert (body["stencil.model_version"]["id"], body["stencil.model_version"]["scope"]) == (
         chain["base"].pk, "default")  # fmt: skip
+    assert "Written by model version base (promoted as the default)." in page_text(api_job, user)
 
     corpora_services.promotion_roll_back(user=staff, template=referral)
     after = finished(services.draft_infill_request(draft=referral_draft(user), user=user,

@@ -200,6 +200,10 @@
         if (needs) { needs.hidden = result.needs_person !== true; }
         var domain = document.getElementById("domain-warning");
         if (domain) { domain.hidden = !(result.domain && result.domain.unfamiliar === true); }
+        // Which model version wrote it, and the config that ran.
+        var writer = document.getElementById("written-by");
+        if (writer) { writer.textContent = job.written_by || ""; writer.hidden = !job.written_by; }
+        if (job.config_note) { setText("config-note", job.config_note); }
         if (job.state === "succeeded") {
           var link = document.getElementById("review-link");
           if (link && job.urls.review) { link.hidden = false; }
