@@ -89,10 +89,17 @@ def route_choose(*, job: InfillJob, rng: random.Random | None = None) -> RouteDe
     ), rng)  # fmt: skip
 
 
-def confidence_escalates(*, route: str, confidence: dict[str, dict[str, Any]]) -> bool:
+def confidence_escalates(*, route: str, confidence: dict[str, dict[str, Any]],
+                         variation: bool = False) -> bool:  # fmt: skip
     """Whether a valid result of ``route`` goes on to the AR route: a diffusion result with a
     span its model's calibration flags low (``Outcome.confidence``). An uncalibrated score
-    is shown but not acted on; the AR route is the last one a low result escalates to."""
+    is shown but not acted on; the AR route is the last one a low result escalates to.
+
+    A ``variation`` (a regenerate: the person asked for another text) never escalates: the
+    AR model's text for the same context is near-deterministic even when sampled, so it would
+    give back the text the person wanted replaced; the new text keeps its flag instead."""
+    if variation:
+        return False
     return route == DIFFUSION and any(low_span(c) for c in confidence.values())
 
 

@@ -311,8 +311,9 @@ def _run_claimed(claim: Claim, held: Held, decision: RouteDecision,
             this = _Kept(outcome, route, attempt, run_id, batch, loaded.name, loaded.placeholder,
                          dict(context.model_version or {}))  # fmt: skip
             low = _observe_confidence(outcome, route)
-            if kept is None and low and confidence_escalates(route=route, confidence=outcome.confidence) \
-                    and any(r != route for r, _c in plans[attempt + 1 :]):  # fmt: skip
+            if kept is None and low and confidence_escalates(
+                route=route, confidence=outcome.confidence, variation=_is_variation(job)
+            ) and any(r != route for r, _c in plans[attempt + 1 :]):  # fmt: skip
                 metrics.CONFIDENCE_ESCALATIONS.labels(route=route).inc()
                 kept = this
                 continue
@@ -460,6 +461,11 @@ def _fail_bad_canvas(claim: Claim, error: str) -> str:
         return LOST
     metrics.JOB_FAILURES.labels(reason="bad_canvas").inc()
     return InfillJob.State.FAILED
+
+
+def _is_variation(job: InfillJob) -> bool:
+    """A regenerate: the person asked for another text than the one its targets held."""
+    return any("previous" in t for t in job.target_fragments or [])
 
 
 def _attempt_plan(job: InfillJob, decision: RouteDecision) -> list[tuple[str, dict[str, Any]]]:

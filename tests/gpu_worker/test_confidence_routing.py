@@ -40,11 +40,13 @@ def calibrated_copy(source: Path, target: Path, route: str, p: float) -> Path:
     return target
 
 
-def run_job(owner: Any) -> tuple[InfillJob, dict[str, Any]]:
+def run_job(owner: Any, targets: list[dict[str, Any]] | None = None,
+            ) -> tuple[InfillJob, dict[str, Any]]:  # fmt: skip
     config = config_from_overrides("fast", {})
     job = InfillJob.objects.create(
         owner=owner, request={**REQUEST, "seed": 5}, config=config.to_dict(),
         config_sha256=config.sha256, seed=5, preset="fast", dispatched=timezone.now(),
+        target_fragments=targets or [],
     )  # fmt: skip
     job_run(job_id=str(job.pk), worker="w-confidence")
     job.refresh_from_db()
@@ -104,3 +106,20 @@ def test_a_confident_diffusion_result_does_not_escalate(
     job, result = run_job(user)
     assert [a["route"] for a in job.attempts] == ["diffusion"]
     assert result["route"] == "diffusion" and result["needs_person"] is False
+
+
+def test_a_low_regenerate_is_not_escalated_the_person_asked_for_another_text(
+    user: Any, worker_settings: Any, tmp_path: Path
+) -> None:
+    """The AR model's text for the same context is near-deterministic: escalating a regenerate
+    would hand back the text it replaces. The diffusion variation stays, flagged low."""
+    worker_settings.STENCIL_MODEL_DIR = calibrated_copy(
+        MODELS / "stencil-placeholder", tmp_path / "d", "diffusion", 0.1
+    )
+    worker_settings.STENCIL_AR_MODEL_DIR = calibrated_copy(
+        MODELS / "stencil-ar-fim", tmp_path / "a", "ar", 0.1
+    )
+    job, result = run_job(user, targets=[{"hole": "name", "previous": "Sam", "previous_run": "r0"}])
+    assert job.state == InfillJob.State.SUCCEEDED, job.reasons
+    assert [a["route"] for a in job.attempts] == ["diffusion"]
+    assert result["route"] == "diffusion" and result["confidence"]["name"]["low"] is True
