@@ -524,6 +524,16 @@ def table(results: dict[str, Any]) -> str:
     for route, c in results["chosen"].items():
         lines.append(f"- {route}: signal {c['signal']}, domain weight {c['domain_weight']}, val AUROC "
                      f"(generated) {c['val_auroc_generated']}, val OOD free flagged {c['val_ood_free_flagged']}, low below {c['low_below']}, mark below {c['mark_below']}")  # fmt: skip
+    lines += ["", "What was tried on val (the choice: the best; a hole class keeps a signal of its own only where it beats the route's):", ""]  # fmt: skip
+    for route, c in results["chosen"].items():
+        lines.append(f"- {route}: val AUROC per signal, generated spans: {c['trials']}")
+        for cls, trials in c.get("class_trials", {}).items():
+            lines.append(f"  - {cls} spans: {trials}")
+        weights = {w: f"Brier {t['brier']}, OOD free flagged {t['ood_free_flagged']}"
+                   for w, t in c.get("weight_trials", {}).items()}  # fmt: skip
+        lines.append(f"  - domain weight (val, hand-written weighted as much as generated): {weights}")
+    lines.append(f"- the unfamiliar curve: spans of canvases whose domain score is over the bar, "
+                 f"hand-written val spans counted {HANDWRITTEN_COPIES} times, low under {UNFAMILIAR_LOW_BELOW}")  # fmt: skip
     return "\n".join(lines)
 
 
