@@ -56,6 +56,12 @@ DOMAIN_WEIGHTS = (
     8.0,
 )  # tried on val: the signal minus w times the domain score
 OOD_FREE_TARGET = 0.9  # the domain weight is the smallest flagging this share of val OOD free spans
+HANDWRITTEN_COPIES = (
+    3  # tried on val (in-sample Brier): 1 -> 0.0794 / 0.0675, 3 -> 0.0756 / 0.0668 (diffusion / ar)
+)
+UNFAMILIAR_LOW_BELOW = (
+    0.5  # a span of an unfamiliar canvas is low unless more likely right than not
+)
 MIN_CLASS_SPANS = 20  # a hole class with fewer val spans uses the route's pooled curve
 ECE_BINS = 10
 
@@ -242,9 +248,10 @@ def quantile(xs: Sequence[float], q: float) -> float:
 
 
 # -- fitting ------------------------------------------------------------------------------------
-def fit(val: list[dict[str, Any]]) -> dict[str, Any]:
+def fit(val: list[dict[str, Any]], unfamiliar_above: float | None = None) -> dict[str, Any]:
     """Choose on val: the judge's bar, each route's signal, curves, thresholds, mark level."""
     from gpu_worker.engine.confidence import (
+        HOLE_CLASSES,
         SIGNALS,
         RouteCalibration,
         SpanTokens,
@@ -264,53 +271,118 @@ def fit(val: list[dict[str, Any]]) -> dict[str, Any]:
         rows = [r for r in val if r["route"] == route and r["probs"]]
         labels = [label(r, judge_bar) for r in rows]
         generated = [i for i, r in enumerate(rows) if r["set"] == "generated"]
-        # 1. The signal: the best AUROC on the generated val spans (the corpus's own kinds).
+        # 1. The signal: the best AUROC on the generated val spans (the corpus's own kinds),
+        #    the route's and each hole class's own.
         trials = {name: round(auroc([span_signal(name, rows[i]["probs"]) for i in generated],
                                     [labels[i] for i in generated]), 4) for name in SIGNALS}  # fmt: skip
         signal = max(trials, key=lambda k: trials[k])
-        # 2. The domain weight: the smallest that flags OOD_FREE_TARGET of the val OOD free spans.
+        signals, class_trials = {}, {}
+        for cls in HOLE_CLASSES:
+            idx = [i for i in generated if rows[i]["class"] == cls]
+            class_trials[cls] = {name: round(auroc([span_signal(name, rows[i]["probs"]) for i in idx],
+                                                   [labels[i] for i in idx]), 4) for name in SIGNALS}  # fmt: skip
+            best = max(class_trials[cls], key=lambda k: _or_zero(class_trials[cls][k]))
+            if _or_zero(class_trials[cls][best]) > _or_zero(class_trials[cls][signal]):
+                signals[cls] = best  # kept only where it beats the route's signal on val
+        # 2. The domain weight: the one with the lowest val Brier score, the hand-written val
+        #    spans counting as much as the generated ones, among those flagging OOD_FREE_TARGET
+        #    of the val OOD free spans (the smallest flagging the most when none reaches it).
         ood_free = [i for i, r in enumerate(rows) if r["ood"] and r["free"]]
+        options = []
         for weight in DOMAIN_WEIGHTS:
-            calibrated = _fit_route(rows, labels, signal, weight)
+            calibrated = _fit_route(rows, labels, signal, weight, signals, unfamiliar_above)
+            ps = [_p(rows[i], calibrated) for i in range(len(rows))]
             flagged = [hole_confidence(SpanTokens(rows[i]["probs"], [(0, 0)] * len(rows[i]["probs"]),
                                                   rows[i]["class"]), calibrated,
                                        domain_score=rows[i]["domain_score"])["low"] for i in ood_free]  # fmt: skip
             share = sum(flagged) / max(1, len(flagged))
-            if share >= OOD_FREE_TARGET:
-                break
+            options.append(
+                (share >= OOD_FREE_TARGET, -_brier(rows, ps, labels), share, -weight, calibrated)
+            )
+        meets, neg_brier, share, neg_weight, calibrated = max(options, key=lambda o: o[:4])
+        weight = -neg_weight
         routes[route] = calibrated
-        chosen[route] = {"signal": signal, "domain_weight": weight, "val_auroc_generated": trials[signal],
+        chosen[route] = {"signal": signal, "signals": signals, "domain_weight": weight,
+                         "val_auroc_generated": trials[signal], "val_brier": round(-neg_brier, 4),
                          "val_ood_free_flagged": round(share, 4), "low_below": calibrated.low_below,
-                         "mark_below": calibrated.mark_below, "trials": trials}  # fmt: skip
+                         "mark_below": calibrated.mark_below, "trials": trials,
+                         "class_trials": class_trials,
+                         "weight_trials": {-o[3]: {"brier": round(-o[1], 4), "ood_free_flagged": round(o[2], 4)}
+                                           for o in options}}  # fmt: skip
     return {"judge_bar": judge_bar, "routes": routes, "chosen": chosen,
             "count": len(val)}  # fmt: skip
 
 
-def _fit_route(rows: list[dict[str, Any]], labels: list[bool], signal: str, weight: float) -> Any:
-    """Isotonic curves per hole class, their low thresholds and the mark level, on val."""
+def _or_zero(value: float) -> float:
+    return 0.0 if math.isnan(value) else value
+
+
+def _p(row: dict[str, Any], calibrated: Any) -> float:
+    from gpu_worker.engine.confidence import SpanTokens, hole_confidence
+
+    tokens = SpanTokens(row["probs"], [(0, 0)] * len(row["probs"]), row["class"])
+    return float(hole_confidence(tokens, calibrated, domain_score=row["domain_score"])["p"])
+
+
+def _brier(rows: list[dict[str, Any]], ps: list[float], labels: list[bool]) -> float:
+    """Mean squared error of ``ps``, the hand-written spans weighted to count as much, all
+    together, as the generated ones."""
+    hand = sum(r["set"] == "handwritten" for r in rows)
+    gen = len(rows) - hand
+    weights = [1.0 if r["set"] == "generated" else gen / max(1, hand) for r in rows]
+    return sum(w * (p - y) ** 2 for w, p, y in zip(weights, ps, labels, strict=True)) / sum(weights)
+
+
+def _fit_route(rows: list[dict[str, Any]], labels: list[bool], signal: str, weight: float,
+               signals: dict[str, str] | None = None, unfamiliar_above: float | None = None) -> Any:  # fmt: skip
+    """Isotonic curves per hole class, their low thresholds and the mark level, on val; the
+    hand-written spans enter the curves HANDWRITTEN_COPIES times (there are few of them, and
+    they are the text unlike the corpus that must map to a low p)."""
     from gpu_worker.engine.confidence import (
         ANY_CLASS,
         HOLE_CLASSES,
+        UNFAMILIAR,
         Isotonic,
         RouteCalibration,
-        span_signal,
     )
 
-    scores = [span_signal(signal, r["probs"]) - weight * r["domain_score"] for r in rows]
-    curves = {ANY_CLASS: Isotonic.fit(scores, labels)}
-    for cls in HOLE_CLASSES:
-        idx = [i for i, r in enumerate(rows) if r["class"] == cls]
-        if len(idx) >= MIN_CLASS_SPANS:
-            curves[cls] = Isotonic.fit([scores[i] for i in idx], [labels[i] for i in idx])
+    signals = signals or {}
+    shell = RouteCalibration(signal, {ANY_CLASS: Isotonic((0.0,), (0.0,))}, {ANY_CLASS: 0.0}, 0.0,
+                             weight, dict(signals))  # fmt: skip
+    copies = [HANDWRITTEN_COPIES if r["set"] == "handwritten" else 1 for r in rows]
+
+    def fitted(idx: list[int], cls: str) -> Isotonic:
+        scores = [shell.score(rows[i]["probs"], rows[i]["domain_score"], cls)
+                  for i in idx for _ in range(copies[i])]  # fmt: skip
+        return Isotonic.fit(scores, [labels[i] for i in idx for _ in range(copies[i])])
+
+    def unfamiliar(i: int) -> bool:
+        return unfamiliar_above is not None and rows[i]["domain_score"] > unfamiliar_above
+
+    members = {ANY_CLASS: [i for i in range(len(rows)) if not unfamiliar(i)]}
+    members.update(
+        {cls: [i for i in members[ANY_CLASS] if rows[i]["class"] == cls] for cls in HOLE_CLASSES}
+    )
+    members[UNFAMILIAR] = [i for i in range(len(rows)) if unfamiliar(i)]
+    curves = {ANY_CLASS: fitted(members[ANY_CLASS], ANY_CLASS)}
+    for cls in (*HOLE_CLASSES, UNFAMILIAR):
+        if len(members[cls]) >= MIN_CLASS_SPANS:
+            shell.curves[cls] = curves[cls] = fitted(members[cls], cls)
+    calibration = RouteCalibration(signal, curves, {}, 0.0, weight,
+                                   {k: v for k, v in signals.items() if k in curves})  # fmt: skip
     low: dict[str, float] = {}
     for cls in curves:
-        idx = [i for i, r in enumerate(rows) if cls == ANY_CLASS or r["class"] == cls]
-        right = sorted(curves[cls](scores[i]) for i in idx if labels[i])
+        right = sorted(curves[cls](calibration.score(rows[i]["probs"], rows[i]["domain_score"], cls))
+                       for i in members[cls] if labels[i])  # fmt: skip
         low[cls] = _low_threshold(right)
+    if (
+        UNFAMILIAR in curves
+    ):  # too few right spans there for the budget rule: low unless likely right
+        low[UNFAMILIAR] = max(low[UNFAMILIAR], UNFAMILIAR_LOW_BELOW)
     right_tokens = [p for r, y in zip(rows, labels, strict=True) if y for p in r["probs"]]
-    return RouteCalibration(
-        signal, curves, low, round(quantile(right_tokens, MARK_QUANTILE), 4), weight
-    )
+    return RouteCalibration(signal, curves, low, round(quantile(right_tokens, MARK_QUANTILE), 4),
+                            weight, calibration.signals,
+                            unfamiliar_above if UNFAMILIAR in curves else None)  # fmt: skip
 
 
 def _low_threshold(right_ps: list[float]) -> float:
@@ -452,6 +524,16 @@ def table(results: dict[str, Any]) -> str:
     for route, c in results["chosen"].items():
         lines.append(f"- {route}: signal {c['signal']}, domain weight {c['domain_weight']}, val AUROC "
                      f"(generated) {c['val_auroc_generated']}, val OOD free flagged {c['val_ood_free_flagged']}, low below {c['low_below']}, mark below {c['mark_below']}")  # fmt: skip
+    lines += ["", "What was tried on val (the choice: the best; a hole class keeps a signal of its own only where it beats the route's):", ""]  # fmt: skip
+    for route, c in results["chosen"].items():
+        lines.append(f"- {route}: val AUROC per signal, generated spans: {c['trials']}")
+        for cls, trials in c.get("class_trials", {}).items():
+            lines.append(f"  - {cls} spans: {trials}")
+        weights = {w: f"Brier {t['brier']}, OOD free flagged {t['ood_free_flagged']}"
+                   for w, t in c.get("weight_trials", {}).items()}  # fmt: skip
+        lines.append(f"  - domain weight (val, hand-written weighted as much as generated): {weights}")
+    lines.append(f"- the unfamiliar curve: spans of canvases whose domain score is over the bar, "
+                 f"hand-written val spans counted {HANDWRITTEN_COPIES} times, low under {UNFAMILIAR_LOW_BELOW}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -503,7 +585,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
     val = json.loads((HERE / "runs_val.json").read_text())
     test = json.loads((HERE / "runs_test.json").read_text())
-    fitted = fit(val)
+    fitted = fit(val, profile.threshold)
     if args.write_models or args.stage == "fit":
         write_models(fitted, profile)
     if args.stage == "fit":

@@ -40,6 +40,7 @@ CALIBRATION_FILE = "confidence.json"
 CALIBRATION_FORMAT = "stencil-confidence/1"
 HOLE_CLASSES = ("free", "pattern", "choice")  # what a request hole's constraint makes it
 ANY_CLASS = "all"  # a route's curve for classes without their own
+UNFAMILIAR = "unfamiliar"  # the curve of spans in a canvas whose domain score is over the bar
 UNCALIBRATED_SIGNAL = "gmean_p"
 UNCALIBRATED_LOW_BELOW = 0.5  # without a calibration: low under this geometric-mean probability
 UNCALIBRATED_MARK_BELOW = 0.5
@@ -129,13 +130,16 @@ class Isotonic:
 
 @dataclass(frozen=True)
 class RouteCalibration:
-    """One route's calibration: its signal, a curve and a threshold per hole class."""
+    """One route's calibration: its signal (or one per hole class), a curve and a
+    threshold per hole class."""
 
     signal: str
     curves: dict[str, Isotonic]  # hole class (or ANY_CLASS) -> curve
     low_below: dict[str, float]  # hole class (or ANY_CLASS) -> p under which a span is low
     mark_below: float  # a token under this probability may be marked
     domain_weight: float = 0.0  # the signal minus this times the canvas's domain score
+    signals: dict[str, str] = field(default_factory=dict)  # hole class -> its own signal
+    unfamiliar_above: float | None = None  # a domain score over this uses the UNFAMILIAR curve
 
     def curve(self, hole_class: str) -> Isotonic:
         return self.curves.get(hole_class) or self.curves[ANY_CLASS]
@@ -143,11 +147,28 @@ class RouteCalibration:
     def threshold(self, hole_class: str) -> float:
         return self.low_below.get(hole_class, self.low_below[ANY_CLASS])
 
-    def score(self, probs: Sequence[float], domain_score: float) -> float:
-        return span_signal(self.signal, probs) - self.domain_weight * domain_score
+    def hole_key(self, hole_class: str, domain_score: float) -> str:
+        """The curve a span uses: UNFAMILIAR when its canvas reads unlike the corpus (and the
+        calibration has that curve), else its hole class."""
+        above = self.unfamiliar_above
+        gated = above is not None and UNFAMILIAR in self.curves and domain_score > above
+        return UNFAMILIAR if gated else hole_class
+
+    def signal_for(self, hole_class: str) -> str:
+        """The signal of a hole class: its own where it has a curve of its own, else the
+        route's (the ANY_CLASS curve is fitted on the route's signal)."""
+        return (
+            self.signals.get(hole_class, self.signal) if hole_class in self.curves else self.signal
+        )
+
+    def score(
+        self, probs: Sequence[float], domain_score: float, hole_class: str = ANY_CLASS
+    ) -> float:
+        return span_signal(self.signal_for(hole_class), probs) - self.domain_weight * domain_score
 
     def to_json(self) -> dict[str, Any]:
-        return {"signal": self.signal, "mark_below": self.mark_below,
+        return {"signal": self.signal, "signals": self.signals, "mark_below": self.mark_below,
+                "unfamiliar_above": self.unfamiliar_above,
                 "domain_weight": self.domain_weight, "low_below": self.low_below,
                 "curves": {k: c.to_json() for k, c in self.curves.items()}}  # fmt: skip
 
@@ -157,9 +178,12 @@ class RouteCalibration:
         low = {k: float(v) for k, v in data["low_below"].items()}
         if ANY_CLASS not in curves or ANY_CLASS not in low:
             raise ValueError(f"a route calibration needs an {ANY_CLASS!r} curve and threshold")
-        span_signal(str(data["signal"]), [0.5])  # an unknown signal is refused here
+        signals = {str(k): str(v) for k, v in data.get("signals", {}).items()}
+        for name in (str(data["signal"]), *signals.values()):
+            span_signal(name, [0.5])  # an unknown signal is refused here
         return cls(str(data["signal"]), curves, low, float(data["mark_below"]),
-                   float(data.get("domain_weight", 0.0)))  # fmt: skip
+                   float(data.get("domain_weight", 0.0)), signals,
+                   None if data.get("unfamiliar_above") is None else float(data["unfamiliar_above"]))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -275,10 +299,11 @@ def hole_confidence(
         p = span_signal(signal, tokens.probs) if tokens.probs else 0.0
         low = p < UNCALIBRATED_LOW_BELOW
     else:
-        signal, calibrated, mark_below = route.signal, True, route.mark_below
-        curve = route.curve(tokens.hole_class)
-        p = curve(route.score(tokens.probs, domain_score)) if tokens.probs else curve.y[0]
-        low = p < route.threshold(tokens.hole_class)
+        key = route.hole_key(tokens.hole_class, domain_score)
+        signal, calibrated = route.signal_for(key), True
+        mark_below, curve = route.mark_below, route.curve(key)
+        p = curve(route.score(tokens.probs, domain_score, key)) if tokens.probs else curve.y[0]
+        low = p < route.threshold(key)
     p = min(max(float(p), 0.0), 1.0)
     return {"p": round(p, 4), "low": bool(low), "marks": token_marks(tokens, mark_below),
             "signal": signal, "calibrated": calibrated}  # fmt: skip

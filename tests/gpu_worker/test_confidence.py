@@ -17,6 +17,7 @@ from gpu_worker.engine.backends import load_backend
 from gpu_worker.engine.confidence import (
     ANY_CLASS,
     CALIBRATION_FILE,
+    UNFAMILIAR,
     Calibration,
     Isotonic,
     RouteCalibration,
@@ -133,3 +134,27 @@ def test_the_cli_answer_carries_confidence_and_domain(tmp_path: Path, capsys: An
     for c in answer["confidence"].values():
         assert set(c) == {"p", "low", "marks", "signal", "calibrated"} and c["calibrated"] is True
     assert set(answer["domain"]) == {"score", "unfamiliar", "threshold"}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(probabilities, min_size=1, max_size=20), st.floats(0.0, 1.0))
+def test_a_canvas_unlike_the_corpus_uses_the_unfamiliar_curve(
+    probs: list[float], domain: float
+) -> None:
+    """Over the domain bar a span takes the unfamiliar curve (fitted on text unlike the
+    corpus), whatever its token probabilities; under it, its class's; the file keeps both."""
+    sure = Isotonic((-5.0, -0.01), (0.2, 0.99))
+    route = RouteCalibration("mean_logp", {ANY_CLASS: sure, UNFAMILIAR: Isotonic((-5.0, 0.0), (0.01, 0.04))},
+                             {ANY_CLASS: 0.1, UNFAMILIAR: 0.5}, mark_below=0.5,
+                             signals={UNFAMILIAR: "min_logp"}, unfamiliar_above=0.6)  # fmt: skip
+    again = RouteCalibration.from_json(json.loads(json.dumps(route.to_json())))
+    offsets = [(i, i + 1) for i in range(len(probs))]
+    for r in (route, again):
+        c = hole_confidence(SpanTokens(probs, offsets, "free"), r, domain_score=domain)
+        if domain > 0.6:
+            assert c["p"] <= 0.04 and c["low"] and c["signal"] == "min_logp"
+        else:
+            assert c["p"] >= 0.2 and c["signal"] == "mean_logp"
+    legacy = {k: v for k, v in route.to_json().items() if k not in ("signals", "unfamiliar_above")}
+    old = RouteCalibration.from_json(legacy)  # a file written before the unfamiliar curve
+    assert old.hole_key("free", 1.0) == "free"
