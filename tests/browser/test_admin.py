@@ -31,6 +31,7 @@ def run(alice: Any, referral: None, dispatched: list[str]) -> RunRecord:
     job = services.draft_infill_request(draft=draft, user=alice, preset="fast")
     assert job_run(job_id=str(job.id), worker="admin-test") == InfillJob.State.SUCCEEDED
     job.refresh_from_db()  # a low-confidence diffusion result escalates: the result's run is the one
+    assert job.result is not None
     return RunRecord.objects.filter(job_id=str(job.id)).get(pk=job.result["run_id"])
 
 

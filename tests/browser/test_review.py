@@ -138,6 +138,7 @@ def test_a_reviewer_reports_a_bad_span_and_sees_its_incident_status(
     card.get_by_role("button", name="Send report on Clinical summary").click()
     incident = Incident.objects.get()
     job.refresh_from_db()  # the span's run: the one whose result the draft holds
+    assert job.result is not None
     run = RunRecord.objects.filter(job_id=str(job.id)).get(pk=job.result["run_id"])
     assert (incident.kind, incident.run_id, incident.reporter_name) == ("user_report", run.pk,
                                                                          "alice")  # fmt: skip
