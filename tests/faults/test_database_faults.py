@@ -15,7 +15,7 @@ import pytest
 from drafting.models import InfillJob
 from stencil.celery import app
 from tests.conftest import wait_for
-from tests.faults.conftest import SETTLE_S, all_running, draft_job
+from tests.faults.conftest import SETTLE_S, SLOW_SAMPLER, all_running, draft_job
 from tests.faults.inject import Relay, terminate_other_backends
 from tests.faults.ledger import settle
 from tests.workers import WorkerProcess, producer_broker
@@ -23,6 +23,8 @@ from tests.workers import WorkerProcess, producer_broker
 pytestmark = [pytest.mark.services, pytest.mark.faults, pytest.mark.timeout(300),
               pytest.mark.django_db(transaction=True)]  # fmt: skip
 JOBS = 6
+# ~90 steps a job: a batch still runs when the poll below looks, however fast the machine
+LONG_SAMPLER = {**SLOW_SAMPLER, "steps_per_block": 32, "max_steps": 256}
 
 
 def _rerunning(jobs: list[InfillJob], worker: WorkerProcess) -> bool:
@@ -37,7 +39,7 @@ def test_database_connections_terminated_during_work_leave_every_job_final_once(
     faults_settings: Any, module_prefix: str,
 ) -> None:  # fmt: skip
     with producer_broker(app, relay.url, f"{module_prefix}steady-"):
-        jobs = [draft_job(user) for _ in range(JOBS)]
+        jobs = [draft_job(user, sampler=LONG_SAMPLER) for _ in range(JOBS)]
         wait_for(lambda: all_running(jobs[:1], step=3), timeout=120, what="work to begin",
                  interval=0.05)  # fmt: skip
         terminated = [terminate_other_backends()]
