@@ -21,8 +21,6 @@ file's ``mark_below``, the surest tokens never marked, at most ``MAX_MARKS`` of 
 from __future__ import annotations
 
 import bisect
-import functools
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,6 +32,7 @@ import torch
 from gpu_worker.engine.canvas import Canvas, Hole
 from gpu_worker.engine.constraints import ChoiceConstraint, PatternConstraint
 from gpu_worker.engine.domain import assess_text
+from gpu_worker.engine.model_files import model_file
 from gpu_worker.engine.tokenizer import StencilTokenizer
 
 CALIBRATION_FILE = "confidence.json"
@@ -210,17 +209,7 @@ class Calibration:
 
 def load_calibration(directory: Path) -> Calibration | None:
     """The directory's calibration, or None when it has none (read once per file version)."""
-    path = Path(directory) / CALIBRATION_FILE
-    try:
-        stamp = path.stat().st_mtime_ns
-    except OSError:
-        return None
-    return _load(str(path), stamp)
-
-
-@functools.lru_cache(maxsize=8)
-def _load(path: str, _stamp: int) -> Calibration:
-    return Calibration.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+    return model_file(directory, CALIBRATION_FILE, Calibration.from_json)
 
 
 # -- a span's tokens --------------------------------------------------------------------------

@@ -12,13 +12,13 @@ A directory without a profile gives no score (``None``); callers then say nothin
 
 from __future__ import annotations
 
-import functools
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from gpu_worker.engine.model_files import model_file
 
 PROFILE_FILE = "domain_profile.json"
 PROFILE_FORMAT = "stencil-domain-profile/1"
@@ -91,17 +91,7 @@ class DomainProfile:
 
 def load_profile(directory: Path) -> DomainProfile | None:
     """The model directory's profile, or None when it ships none (read once per file)."""
-    path = Path(directory) / PROFILE_FILE
-    try:
-        stamp = path.stat().st_mtime_ns
-    except OSError:
-        return None
-    return _load(str(path), stamp)
-
-
-@functools.lru_cache(maxsize=8)
-def _load(path: str, _stamp: int) -> DomainProfile:
-    return DomainProfile.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+    return model_file(directory, PROFILE_FILE, DomainProfile.from_json)
 
 
 def assess_text(directory: Path, texts: str | Sequence[str]) -> dict[str, Any] | None:

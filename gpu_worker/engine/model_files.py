@@ -1,0 +1,28 @@
+"""The small JSON files a model directory may ship beside its weights (the confidence
+calibration, the domain profile): parsed once per file version, None when absent."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def model_file(directory: Path, name: str, parse: Callable[[dict[str, Any]], T]) -> T | None:
+    """``parse`` of the JSON file ``name`` in ``directory``; None when there is no such file.
+    A file rewritten in place (a new modification time) is read again."""
+    path = Path(directory) / name
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        return None
+    return _parsed(str(path), stamp, parse)
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(path: str, _stamp: int, parse: Callable[[dict[str, Any]], Any]) -> Any:
+    return parse(json.loads(Path(path).read_text(encoding="utf-8")))
