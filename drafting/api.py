@@ -28,8 +28,8 @@ from drafting.models import (
     InfillJob,
     TemplateVersion,
 )
-from drafting.services import MAX_SEED
 from drafting.templating import TemplateError
+from gpu_worker.engine.outcome import MAX_SEED
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
