@@ -108,6 +108,7 @@ def replay_run(
     import torch
 
     from gpu_worker.engine.backends import load_backend
+    from gpu_worker.engine.model_files import archived_version
     from gpu_worker.runtime import device_name
 
     model = body["stencil.model"]
@@ -122,6 +123,9 @@ def replay_run(
         raise ReplayError(f"the weights of {named} are gone: {model_dir / 'model.safetensors'} "
                           "is not on this machine")  # fmt: skip
     loaded = load_backend(model_dir, device=device)
+    kept = archived_version(model_dir, str(model["weights_sha256"]))
+    if loaded.weights_sha256 != model["weights_sha256"] and kept is not None:
+        loaded = load_backend(kept, device=device)  # the weights it ran with, archived
 
     reasons: list[str] = [device_note] if device_note else []
     if loaded.weights_sha256 != model["weights_sha256"]:

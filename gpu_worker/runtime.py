@@ -25,6 +25,7 @@ import torch
 
 from gpu_worker.engine.backends import load_backend
 from gpu_worker.engine.loaded import LoadedModel
+from gpu_worker.engine.model_files import archived_version
 
 VERSIONS_HELD = 2  # model versions kept loaded at once (the LRU's bound)
 
@@ -90,6 +91,9 @@ def _load_version(directory: Path, *, device: torch.device, weights_sha256: str)
     except (OSError, ValueError) as exc:
         raise ModelVersionUnavailable(f"its directory {directory} cannot be loaded: {exc}") from exc
     if loaded.weights_sha256 != weights_sha256:
+        kept = archived_version(directory, weights_sha256)  # a shipped model retrained since
+        if kept is not None:
+            return _load_version(kept, device=device, weights_sha256=weights_sha256)
         raise ModelVersionUnavailable(
             f"its weights in {directory} were altered: sha256 {loaded.weights_sha256[:12]}, "
             f"registered {weights_sha256[:12]}"

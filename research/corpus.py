@@ -22,7 +22,7 @@ import json
 import random
 import string
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from typing import Any, Literal
 
@@ -641,6 +641,35 @@ def document_at(split: Split, index: int, *, edition: int = CORPUS_EDITION) -> D
         raise ValueError(f"index={index} is outside 0..{SPLIT_SIZE_LIMIT - 1}")
     kind = KINDS[index % len(KINDS)]
     return generate(kind, SPLIT_SEED_BASE[split] + index, split, edition=edition)
+
+
+DOCUMENT_SEPARATOR = "\n\n\n"  # between the documents of a joined row (two blank lines)
+
+
+def join_documents(docs: list[Document]) -> Document:
+    """``docs`` as one long document, two blank lines apart: a training row (and an evaluation
+    canvas) longer than any one generated document. Spans keep their kinds; mention groups are
+    named per document (``"1:patient"``), so a name never links two documents."""
+    if not docs:
+        raise ValueError("join_documents needs at least one document")
+    if len(docs) == 1:
+        return docs[0]
+    text = ""
+    spans: list[Span] = []
+    patterns: list[str] = []
+    pattern_spans: list[tuple[int, int]] = []
+    for i, doc in enumerate(docs):
+        if i:
+            text += DOCUMENT_SEPARATOR
+        at = len(text)
+        spans += [replace(s, start=s.start + at, end=s.end + at,
+                          group=None if s.group is None else f"{i}:{s.group}") for s in doc.spans]
+        patterns += doc.patterns
+        pattern_spans += [(a + at, b + at) for a, b in doc.pattern_spans]
+        text += doc.text
+    first = docs[0]
+    return Document("+".join(d.kind for d in docs), first.seed, first.split, text, tuple(spans),
+                    tuple(patterns), tuple(pattern_spans))
 
 
 def iter_split(

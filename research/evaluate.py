@@ -52,11 +52,13 @@ from gpu_worker.engine.loaded import LoadedModel
 from gpu_worker.engine.model import StencilTransformer, hole_room
 from gpu_worker.engine.tokenizer import opens_line_or_value
 from research.corpus import (
+    DOCUMENT_SEPARATOR,
     SPACE_PREFIX,
     Document,
     Span,
     Split,
     document_at,
+    join_documents,
     pattern_is_held_out,
     template_cut,
     tokenize_with_holes,
@@ -253,6 +255,46 @@ def build_cases(
         if kind != "entity_right_single" and second is not None:
             holes.append(_hole("other", "sentence_extra", doc, second, encode))
         cases.append(Case(kind, doc, tuple(holes)))
+    return cases
+
+
+def build_long_cases(
+    kind: str, count: int, encode: Callable[[str], list[int]], *, tokens: int,
+    split: Split = "test",
+) -> list[Case]:  # fmt: skip
+    """``count`` cases of ``kind`` on long canvases: consecutive documents of ``split`` joined
+    (:func:`research.corpus.join_documents`) while the text stays within ``tokens`` tokens.
+    The target and the second hole are cut as :func:`build_cases` cuts them, in one document
+    of the row drawn at random (the copies an entity hole needs stand in that document)."""
+    cases: list[Case] = []
+    index = 0
+    while len(cases) < count and index < MAX_DOCS_SCANNED:
+        docs = [document_at(split, index)]
+        used = len(encode(docs[0].text))
+        while True:
+            following = document_at(split, index + len(docs))
+            more = len(encode(DOCUMENT_SEPARATOR + following.text))
+            if used + more > tokens:
+                break
+            docs.append(following)
+            used += more
+        rng = random.Random(f"{CASE_SEED}:long:{kind.removesuffix('_single')}:{index}")
+        index += len(docs)
+        order = list(range(len(docs)))
+        rng.shuffle(order)
+        at = next((i for i in order if _candidates(docs[i], kind)), None)
+        if at is None:
+            continue
+        joined = join_documents(docs)
+        before = sum(len(d.spans) for d in docs[:at])  # joined.spans: each document's in turn
+        target = rng.choice(_candidates(docs[at], kind))
+        second = _second_hole(docs[at], target, rng)
+        chosen = [("target", kind, target)]
+        if kind != "entity_right_single" and second is not None:
+            chosen.append(("other", "sentence_extra", second))
+        holes = [_hole(name, scored, joined, joined.spans[before + docs[at].spans.index(span)], encode)
+                 for name, scored, span in chosen]  # fmt: skip
+        cases.append(Case(kind, joined, tuple(holes)))
     return cases
 
 
@@ -874,6 +916,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-kind", type=int, default=400,
                         help="cases per hole kind (400: about 40 minutes on one thread)")  # fmt: skip
     parser.add_argument("--kinds", default=",".join(HOLE_KINDS))
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="RESULTS",
+                        help="write one report from the results.json of runs of other --kinds "
+                             "(the same models, sampler and split)")
     parser.add_argument("--sampler", default="{}", help="SamplerConfig overrides as JSON")
     parser.add_argument("--out", type=Path, default=Path("bench/eval"))
     parser.add_argument("--threads", type=int, default=1)
@@ -892,13 +937,31 @@ def main(argv: list[str] | None = None) -> None:
                             ar_dir=args.ar, judge_per_kind=args.judge_per_kind,
                             split=args.split))  # fmt: skip
         return
-    kinds = tuple(k for k in args.kinds.split(",") if k)
-    results = evaluate(args.denoiser, args.ar, per_kind=args.per_kind, kinds=kinds,
-                       sampler=json.loads(args.sampler), split=args.split)  # fmt: skip
+    if args.merge:
+        results = merge_results([json.loads(p.read_text()) for p in args.merge])
+    else:
+        kinds = tuple(k for k in args.kinds.split(",") if k)
+        results = evaluate(args.denoiser, args.ar, per_kind=args.per_kind, kinds=kinds,
+                           sampler=json.loads(args.sampler), split=args.split)  # fmt: skip
     write_report(results, args.out)
     print(markdown_table(results))
     if args.update_model_cards:
         update_model_cards(results, {"denoiser": args.denoiser, "ar_fim": args.ar})
+
+
+def merge_results(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One run's results from runs of disjoint ``--kinds`` (kinds in HOLE_KINDS order)."""
+    first = runs[0]
+    for run in runs[1:]:
+        for key in ("models", "sampler", "split"):
+            if run[key] != first[key]:
+                raise ValueError(f"the runs differ in {key}: {first[key]!r} and {run[key]!r}")
+    per_kind = {k: v for run in runs for k, v in run["per_kind"].items()}
+    if len(per_kind) != sum(len(run["per_kind"]) for run in runs):
+        raise ValueError("the runs share a hole kind: merge runs of disjoint --kinds")
+    order = [k for k in HOLE_KINDS if k in per_kind]
+    return {**first, "per_kind": {k: per_kind[k] for k in order},
+            "cases": [c for k in order for run in runs for c in run["cases"] if c["kind"] == k]}
 
 
 def update_model_cards(results: dict[str, Any], dirs: dict[str, Path]) -> None:

@@ -124,7 +124,7 @@ def seen_documents(base_dir: Path) -> int:
         return 0
     summary = json.loads(summary_path.read_text())
     return max((p["config"].get("data_offset", 0) + p["steps"]) * p["config"]["batch_size"]
-               for p in training_phases(summary))  # fmt: skip
+               * p["config"].get("docs_per_row", 1) for p in training_phases(summary))  # fmt: skip
 
 
 def corpus_digest(documents: list[Document]) -> str:

@@ -66,6 +66,7 @@ from research.corpus import (
     document_at,
     document_pieces,
     email_name_words,
+    join_documents,
     template_cut,
     tokenize_with_holes,
 )
@@ -143,6 +144,10 @@ class TrainConfig:
     # gpu_worker.engine.model.ModelConfig.copy_lower. Needs copy_twins.
     copy_lower: bool = False
     data_offset: int = 0  # steps of documents to skip: a continuation reads documents anew
+    # Documents joined into one row (research.corpus.join_documents): each row joins 1 to this
+    # many, drawn per row, so rows run from one document to max_len tokens and the model learns
+    # positions as far apart as max_len. 1: a row is one document.
+    docs_per_row: int = 1
     # Which edition of the corpus the run reads (research.corpus.CORPUS_EDITION). A recorded
     # run without this key read edition 1 (see recorded()).
     corpus_edition: int = CORPUS_EDITION
@@ -397,8 +402,13 @@ def make_batch(
     examples = []
     for row in range(cfg.batch_size):
         index = (step + (cfg.data_offset if split == "train" else 0)) * cfg.batch_size + row
-        doc = document_at(split, index, edition=cfg.corpus_edition)  # type: ignore[arg-type]
         rng = random.Random(f"{cfg.seed}:{split}:{step}:{row}")
+        if cfg.docs_per_row > 1:  # the row's documents: its own run of docs_per_row indices
+            count = rng.randint(1, cfg.docs_per_row)
+            doc = join_documents([document_at(split, index * cfg.docs_per_row + j,  # type: ignore[arg-type]
+                                              edition=cfg.corpus_edition) for j in range(count)])
+        else:
+            doc = document_at(split, index, edition=cfg.corpus_edition)  # type: ignore[arg-type]
         if cfg.kind == "denoiser":
             stratum = (row, cfg.batch_size)
             examples.append(denoiser_example(doc, tok.encode, rng, cfg, mc, stratum=stratum))
@@ -920,9 +930,12 @@ def _compute_rows(summary: dict[str, Any]) -> list[str]:
         where = f"{phase.get('threads', 1)} CPU thread(s)"
         if "device_name" in phase:
             where = f"one {phase['device_name']} ({phase['device']})"
+        joined = phase["config"].get("docs_per_row", 1)
+        rows_are = (f", rows of up to {phase['config'].get('max_len', 320):,} tokens"
+                    f"{f' joining up to {joined} documents' if joined > 1 else ''}")  # fmt: skip
         rows += [
             f"| {head}steps x batch | {phase['steps']:,} x {phase['config']['batch_size']}"
-            f"{f' (copy head {copy})' if copy else ' (no copy head)'} |",
+            f"{f' (copy head {copy}' if copy else ' (no copy head'}{rows_are}) |",
             f"| {head}training tokens | {phase['tokens']:,} |",
             f"| {head}wall time | {phase['train_seconds'] / 60:.1f} min on {where}, "
             f"{phase.get('precision', 'bf16 autocast')}, "
@@ -932,6 +945,9 @@ def _compute_rows(summary: dict[str, Any]) -> list[str]:
     rows += [
         f"| training tokens, all phases | {sum(p['tokens'] for p in phases):,} |",
         f"| training compute, all phases | {flops:.3g} FLOPs (6N + attention per token) |",
+        f"| context | {cfg.get('max_len', 320) + 1:,} tokens ("
+        + ("a longer canvas is filled window by window, `gpu_worker.engine.window`) |"
+           if summary.get("kind") == "denoiser" else "the AR route refuses a longer canvas) |"),
         f"| copy head | {cfg.get('copy_dim', 0) or 'none'} |",
         f"| room embedding | {cfg['room_buckets']} buckets: positions left in the hole's budget "
         "(`ModelConfig.room_buckets`) |"
@@ -1058,6 +1074,10 @@ def reproduce_commands(out: Path, summary: dict[str, Any]) -> list[str]:
                         f" --checkpoint var/train/{out.name}/phase-{n + 1}.pt")  # fmt: skip
         if cfg["batch_size"] != TrainConfig.batch_size:
             command += f" --batch-size {cfg['batch_size']}"
+        if cfg.get("max_len", TrainConfig.max_len) != TrainConfig.max_len:
+            command += f" --max-len {cfg['max_len']}"
+        if cfg.get("docs_per_row", 1) != 1:
+            command += f" --docs-per-row {cfg['docs_per_row']}"
         if "device" in phase:
             command += f" --device {phase['device']}"
         if vocabulary is not None:  # runs after a move read the vocabulary moved onto
@@ -1246,6 +1266,10 @@ def main(argv: list[str] | None = None) -> None:
                              "FLOPs (the step count is fixed after 50 steps; --minutes caps it)")
     parser.add_argument("--checkpoint-every", type=int, default=TrainConfig.checkpoint_every)
     parser.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
+    parser.add_argument("--max-len", type=int, default=TrainConfig.max_len,
+                        help="the longest training row in tokens (the model reads one more)")
+    parser.add_argument("--docs-per-row", type=int, default=TrainConfig.docs_per_row,
+                        help="join up to this many documents into a row (see TrainConfig)")
     parser.add_argument("--d-model", type=int, default=TrainConfig.d_model)
     parser.add_argument("--layers", type=int, default=TrainConfig.n_layers)
     parser.add_argument("--heads", type=int, default=TrainConfig.n_heads)
@@ -1334,7 +1358,8 @@ def main(argv: list[str] | None = None) -> None:
         torch.backends.cudnn.allow_tf32 = True
     tok = StencilTokenizer.from_file(args.tokenizer, spaced_lines=args.spaced_lines)
     cfg = TrainConfig(
-        kind=args.kind, seed=args.seed, batch_size=args.batch_size, d_model=args.d_model,
+        kind=args.kind, seed=args.seed, batch_size=args.batch_size, max_len=args.max_len,
+        docs_per_row=args.docs_per_row, d_model=args.d_model,
         n_layers=args.layers, n_heads=args.heads, ffn_hidden=args.ffn, copy_dim=args.copy_dim,
         room_buckets=args.room_buckets, copy_twins=args.copy_twins, copy_lower=args.copy_lower,
         fim_hole_masks=args.fim_hole_masks, lr=args.lr, eval_every=args.eval_every,

@@ -70,3 +70,29 @@ def test_a_version_whose_weights_were_altered_is_refused(versions: list[tuple[Pa
         runtime.model_get(d0, device=CPU, weights_sha256=h1)  # v0's weights under v1's hash
     assert runtime.models_held() == []
     assert runtime.model_get(d1, device=CPU, weights_sha256=h1).weights_sha256 == h1
+
+
+def test_a_version_on_weights_its_directory_has_since_replaced_loads_from_the_archive(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "models"
+    shipped = root / "stencil-denoiser"
+    earlier = version_directory(PLACEHOLDER_MODEL, tmp_path / "earlier", nudge=0.01)
+    now = version_directory(PLACEHOLDER_MODEL, shipped, nudge=0.02)  # the retrained weights
+    kept = root / "archive" / f"stencil-denoiser-{earlier[:12]}"
+    kept.parent.mkdir(parents=True)
+    (tmp_path / "earlier").rename(kept)
+    loaded = runtime.model_get(shipped, device=CPU, weights_sha256=earlier)
+    assert loaded.weights_sha256 == earlier and loaded.directory == kept
+    assert runtime.model_get(shipped, device=CPU, weights_sha256=now).directory == shipped
+    with pytest.raises(runtime.ModelVersionUnavailable, match="altered"):
+        runtime.model_get(shipped, device=CPU, weights_sha256="ab" * 32)  # kept nowhere
+
+
+def test_the_shipped_models_keep_their_earlier_weights_in_the_archive() -> None:
+    models = Path(__file__).resolve().parents[2] / "models"
+    for kept in sorted((models / "archive").iterdir()):
+        name, short = kept.name.rsplit("-", 1)
+        sha = file_sha256(kept / "model.safetensors")
+        assert sha.startswith(short) and (models / name / "config.json").is_file()
+        assert runtime.model_get(models / name, device=CPU, weights_sha256=sha).directory == kept

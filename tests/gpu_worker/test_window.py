@@ -15,10 +15,10 @@ from gpu_worker.engine.backends import load_backend
 from gpu_worker.engine.canvas import parse_canvas
 from gpu_worker.engine.infill import infill_batch
 from gpu_worker.engine.loaded import LoadedModel
-from gpu_worker.engine.outcome import DIFFUSION
+from gpu_worker.engine.outcome import AR, DIFFUSION
 from gpu_worker.engine.run import run, run_batch
 from gpu_worker.engine.sampler import model_int
-from gpu_worker.engine.window import _window_for
+from gpu_worker.engine.window import _window_for, infill_windowed
 
 REPO = Path(__file__).resolve().parents[2]
 PLACEHOLDER = REPO / "models" / "stencil-placeholder"
@@ -120,6 +120,24 @@ def test_the_shipped_denoiser_fills_a_2000_token_document() -> None:
     assert all(text.strip() for text in outcome.holes.values()), outcome.holes
     print(f"2000-token canvas ({canvas_tokens(loaded, request)} tokens, max_len "
           f"{context(loaded)}): {outcome.steps} steps, {seconds:.2f}s")  # fmt: skip
+
+
+def test_the_shipped_models_read_a_1000_token_canvas_whole() -> None:
+    loaded = model(SHIPPED)
+    assert context(loaded) >= 1025
+    request = long_request(loaded, 950 / context(loaded), holes=3)
+    assert 900 <= canvas_tokens(loaded, request) <= context(loaded)
+    outcome = run(DIFFUSION, loaded, request)
+    assert all("window" not in e for e in outcome.trace)  # one canvas, no windows
+    assert_locked_intact(request, outcome.holes, outcome.document)
+    windowed = infill_windowed(infill_batch, loaded, request, context=321)
+    assert not isinstance(windowed, ValueError)
+    assert {e["window"]["max_len"] for e in windowed.trace} == {321}
+    assert_locked_intact(request, windowed.holes, windowed.document)
+    ar = model(REPO / "models" / "stencil-ar-fim")
+    assert context(ar) >= 1025
+    written = run(AR, ar, request)  # the AR route reads it whole too (it has no windows)
+    assert_locked_intact(request, written.holes, written.document)
 
 
 _TEXT = st.text(alphabet=st.sampled_from(list("abc de\nfg.,")), min_size=0, max_size=400)

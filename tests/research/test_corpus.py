@@ -15,12 +15,14 @@ from gpu_worker.engine.tokenizer import StencilTokenizer, opens_line_or_value
 from research.corpus import (
     CORPUS_EDITION,
     CORPUS_EDITIONS,
+    DOCUMENT_SEPARATOR,
     JSON_SCHEMAS,
     KINDS,
     SPLIT_SEED_BASE,
     document_at,
     generate,
     iter_split,
+    join_documents,
     main,
     pattern_counts,
     pattern_is_held_out,
@@ -298,3 +300,25 @@ def test_stats_cli_prints_pattern_counts_and_a_document_per_kind(
     for kind in KINDS:
         assert f"===== {kind}" in out
     assert "patterns" in out
+
+
+@given(start=st.integers(0, 5000), count=st.integers(1, 5))
+@settings(max_examples=25, deadline=None)
+def test_joined_documents_keep_each_span_and_name_groups_per_document(start: int, count: int) -> None:
+    docs = [document_at("test", start + i) for i in range(count)]
+    joined = join_documents(docs)
+    assert joined.text == DOCUMENT_SEPARATOR.join(d.text for d in docs)
+    assert [joined.span_text(s) for s in joined.spans] == [d.span_text(s) for d in docs for s in d.spans]
+    assert len(joined.patterns) == len(joined.pattern_spans) == sum(len(d.patterns) for d in docs)
+    if count > 1:
+        groups = {s.group for s in joined.spans if s.group is not None}
+        assert all(g.split(":", 1)[0].isdigit() for g in groups)  # "2:patient": never shared
+        assert [joined.text[a:b] for a, b in joined.pattern_spans] == [
+            d.text[a:b] for d in docs for a, b in d.pattern_spans]
+    else:
+        assert joined == docs[0]
+
+
+def test_joining_no_documents_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        join_documents([])

@@ -15,7 +15,15 @@ from hypothesis import strategies as st
 from gpu_worker.engine.backends import load_backend
 from gpu_worker.engine.model import ModelConfig, StencilTransformer, save_model
 from gpu_worker.engine.tokenizer import StencilTokenizer
-from research.corpus import KINDS, Document, Span, Split, document_at, iter_split
+from research.corpus import (
+    DOCUMENT_SEPARATOR,
+    KINDS,
+    Document,
+    Span,
+    Split,
+    document_at,
+    iter_split,
+)
 from research.evaluate import (
     COPIES,
     HOLE_KINDS,
@@ -26,6 +34,7 @@ from research.evaluate import (
     HoleSpec,
     ar_nll,
     build_cases,
+    build_long_cases,
     copy_side,
     evaluate,
     field_table,
@@ -36,6 +45,7 @@ from research.evaluate import (
     locked_text,
     main,
     markdown_table,
+    merge_results,
     phrase_class,
     sample_case,
     train_lexicon,
@@ -121,6 +131,16 @@ def test_tiny_models_run_end_to_end_and_keep_locked_text(
     alone = evaluate(denoiser, ar, per_kind=1, kinds=("choice",), sampler={"max_steps": 8}, progress=False)
     for model in ("denoiser", "ar_fim"):  # a kind scores the same in a run of other kinds
         assert alone["per_kind"]["choice"][model]["nll_per_token"] == results["per_kind"]["choice"][model]["nll_per_token"]
+    first = evaluate(denoiser, ar, per_kind=1, kinds=("entity_right",), sampler={"max_steps": 8}, progress=False)
+    merged = merge_results([alone, first])  # runs of other kinds make one run's results
+    def scores(run: dict) -> dict:  # every measure but the wall time
+        return {k: {m: {f: v for f, v in row.items() if f != "seconds_per_case"} for m, row in by.items()}
+                for k, by in run["per_kind"].items()}  # fmt: skip
+
+    assert scores(merged) == scores(results) and list(merged["per_kind"]) == ["entity_right", "choice"]
+    assert [c["prediction"] for c in merged["cases"]] == [c["prediction"] for c in results["cases"]]
+    with pytest.raises(ValueError, match="share a hole kind"):
+        merge_results([alone, alone])
     write_report(results, tmp_path / "eval")
     assert (tmp_path / "eval" / "exact_match.png").is_file()
     assert "| entity_right | 1 |" in markdown_table(results)
@@ -461,3 +481,20 @@ def test_the_pattern_runs_study_marks_the_presets_and_gives_each_its_wall_ratio(
     for name in now:
         assert text.count(f"| **{name}** |") == len(SETS)
     assert text.count("| 0.750 | 0.75 |") == 2 * len(SETS)  # on / off, per preset
+
+
+@pytest.mark.parametrize("kind", HOLE_KINDS[:6])
+def test_long_cases_join_documents_within_the_token_budget_and_hole_one_of_them(
+    kind: str, corpus_tokenizer: StencilTokenizer
+) -> None:
+    cases = build_long_cases(kind, 3, corpus_tokenizer.encode, tokens=700)
+    assert len(cases) == 3
+    for case in cases:
+        text = case.doc.text
+        assert len(text.split(DOCUMENT_SEPARATOR)) > 1 and len(corpus_tokenizer.encode(text)) <= 700
+        holes = {h.name: h.target for h in case.holes}
+        rebuilt = "".join(s["text"] if "text" in s else holes[s["hole"]] for s in case.request()["segments"])
+        assert rebuilt == text and is_valid(case.holes[0], case.holes[0].target)
+        starts = [h.span.start for h in case.holes]
+        documents = {text[:start].count(DOCUMENT_SEPARATOR) for start in starts}
+        assert len(documents) == 1  # both holes in one of the joined documents

@@ -710,3 +710,34 @@ def test_a_model_moves_onto_a_vocabulary_with_the_email_names_and_learns_lower_c
             "sha256sum --check\n") in recipe  # fmt: skip
     assert "--copy-twins --copy-lower --lr 0.0005 --no-bf16" in recipe
     assert "| lower-case twins | yes" in card
+
+
+def test_rows_of_joined_documents_run_past_one_document_and_stop_at_max_len(
+    corpus_tokenizer: StencilTokenizer,
+) -> None:
+    for kind in ("denoiser", "ar_fim"):
+        cfg = _cfg(kind, max_len=400, docs_per_row=6, batch_size=8)
+        mc = model_config(cfg, corpus_tokenizer)
+        one = max(len(corpus_tokenizer.encode(document_at("train", i).text)) for i in range(64))
+        lengths = [int(row.sum()) for step in range(3)
+                   for row in make_batch(step, cfg, mc, corpus_tokenizer).attention]  # fmt: skip
+        assert max(lengths) > one  # a row holds more than the longest single document
+        assert max(lengths) <= cfg.max_len
+        assert min(lengths) < max(lengths)  # rows of 1 to docs_per_row documents
+        again = make_batch(2, cfg, mc, corpus_tokenizer)
+        torch.testing.assert_close(again.inputs, make_batch(2, cfg, mc, corpus_tokenizer).inputs)
+
+
+def test_a_phase_at_a_longer_length_reads_longer_rows_and_its_card_reproduces_it(
+    tokenizer_file: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "models" / "tiny-denoiser"
+    first = _tiny_cli(out, tokenizer_file, tmp_path / "a.pt")
+    assert load_model(out).config.max_len == first["config"]["max_len"] + 1 == 321
+    second = _tiny_cli(out, tokenizer_file, tmp_path / "b.pt", "--max-len", "640",
+                       "--docs-per-row", "4", "--init-from", str(out))  # fmt: skip
+    assert second["config"]["max_len"] == 640 and second["config"]["docs_per_row"] == 4
+    assert load_model(out).config.max_len == 641  # the model reads what it was trained on
+    recipe = _recipe(out).splitlines()
+    assert "--max-len" not in recipe[1] and "--docs-per-row" not in recipe[1]
+    assert "--max-len 640 --docs-per-row 4" in recipe[2]
