@@ -37,6 +37,7 @@ from gpu_worker.engine.backends import load_backend  # noqa: E402
 from gpu_worker.engine.infill import infill_batch  # noqa: E402
 from gpu_worker.engine.outcome import AR, DIFFUSION  # noqa: E402
 from gpu_worker.engine.run import run_batch  # noqa: E402
+from gpu_worker.engine.sampler import model_int  # noqa: E402
 from gpu_worker.engine.window import infill_windowed  # noqa: E402
 from research.corpus_eval import bootstrap  # noqa: E402
 from research.evaluate import build_long_cases, exact, locked_preserved  # noqa: E402
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 rows.append(row)
             print(f"{kind} {n + 1}/{len(cases)}", file=sys.stderr, flush=True)
     meta = {"models": {name: {"dir": str(m.directory), "weights_sha256": m.weights_sha256,
-                              "max_len": int(m.network.max_len)}
+                              "max_len": model_int(m.network, "max_len")}
                        for name, m in (("model", long), ("base", base), ("ar", long_ar),
                                        ("base_ar", base_ar))},
             "tokens": args.tokens, "per_kind": args.per_kind, "window": WINDOW}  # fmt: skip

@@ -194,12 +194,12 @@ def _merged(request: dict[str, Any], segments: list[dict[str, Any]], fills: dict
     )
 
 
-__all__ = ["infill_batch_windowed"]
-
-
 def infill_windowed(runner: Runner, loaded: LoadedModel, request: dict[str, Any], *, context: int,
                     config: SamplerConfig | None = None,
                     hooks: Hooks | None = None) -> Outcome | ValueError:  # fmt: skip
     """``request`` filled window by window as if the model read ``context`` tokens, whatever
     it reads: the windowed path measured beside the same model reading the whole canvas."""
     return _windowed(runner, loaded, request, config, hooks or Hooks(), context)
+
+
+__all__ = ["infill_batch_windowed", "infill_windowed"]
