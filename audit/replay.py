@@ -123,9 +123,10 @@ def replay_run(
         raise ReplayError(f"the weights of {named} are gone: {model_dir / 'model.safetensors'} "
                           "is not on this machine")  # fmt: skip
     loaded = load_backend(model_dir, device=device)
-    kept = archived_version(model_dir, str(model["weights_sha256"]))
-    if loaded.weights_sha256 != model["weights_sha256"] and kept is not None:
-        loaded = load_backend(kept, device=device)  # the weights it ran with, archived
+    if loaded.weights_sha256 != model["weights_sha256"]:  # retrained since: archived?
+        kept = archived_version(model_dir, str(model["weights_sha256"]))
+        if kept is not None:
+            loaded = load_backend(kept, device=device)  # the weights it ran with
 
     reasons: list[str] = [device_note] if device_note else []
     if loaded.weights_sha256 != model["weights_sha256"]:

@@ -249,13 +249,22 @@ def build_cases(
         options = _candidates(doc, kind)
         if not options:
             continue
-        target = rng.choice(options)
-        holes = [_hole("target", kind, doc, target, encode)]
-        second = _second_hole(doc, target, rng)
-        if kind != "entity_right_single" and second is not None:
-            holes.append(_hole("other", "sentence_extra", doc, second, encode))
+        holes = [_hole(name, scored, doc, span, encode)
+                 for name, scored, span in _cut(doc, kind, options, rng)]  # fmt: skip
         cases.append(Case(kind, doc, tuple(holes)))
     return cases
+
+
+def _cut(doc: Document, kind: str, options: list[Span], rng: random.Random) -> list[tuple[str, str, Span]]:
+    """A case's holes in ``doc``: (name, scored kind, span) of the target, drawn from
+    ``options`` (its candidates of ``kind``), and, but for ``entity_right_single``, a second
+    sentence."""
+    target = rng.choice(options)
+    cut = [("target", kind, target)]
+    second = _second_hole(doc, target, rng)
+    if kind != "entity_right_single" and second is not None:
+        cut.append(("other", "sentence_extra", second))
+    return cut
 
 
 def build_long_cases(
@@ -282,18 +291,14 @@ def build_long_cases(
         index += len(docs)
         order = list(range(len(docs)))
         rng.shuffle(order)
-        at = next((i for i in order if _candidates(docs[i], kind)), None)
-        if at is None:
+        found = next(((i, c) for i in order if (c := _candidates(docs[i], kind))), None)
+        if found is None:
             continue
+        at, options = found
         joined = join_documents(docs)
         before = sum(len(d.spans) for d in docs[:at])  # joined.spans: each document's in turn
-        target = rng.choice(_candidates(docs[at], kind))
-        second = _second_hole(docs[at], target, rng)
-        chosen = [("target", kind, target)]
-        if kind != "entity_right_single" and second is not None:
-            chosen.append(("other", "sentence_extra", second))
         holes = [_hole(name, scored, joined, joined.spans[before + docs[at].spans.index(span)], encode)
-                 for name, scored, span in chosen]  # fmt: skip
+                 for name, scored, span in _cut(docs[at], kind, options, rng)]  # fmt: skip
         cases.append(Case(kind, joined, tuple(holes)))
     return cases
 
