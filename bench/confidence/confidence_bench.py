@@ -31,6 +31,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -62,26 +63,35 @@ HANDWRITTEN_COPIES = (
 UNFAMILIAR_LOW_BELOW = (
     0.5  # a span of an unfamiliar canvas is low unless more likely right than not
 )
+ELBO_PASSES = 16  # re-masked passes of a diffusion span's ELBO (bench/confidence/elbo_probe.py:
+# val free sentences, mean log-prob + ELBO, AUROC 0.82 at 4 passes, 0.88 at 16)
 MIN_CLASS_SPANS = 20  # a hole class with fewer val spans uses the route's pooled curve
 ECE_BINS = 10
 
 
 # -- running ------------------------------------------------------------------------------------
 class Recorder:
-    """Keeps the span tokens the engine scored last (wraps ``outcome_confidence``)."""
+    """Keeps the span tokens the engine scored last (wraps ``outcome_confidence``), and for
+    the diffusion route each span's ELBO at ELBO_PASSES (``rescore.span_elbo``, what the
+    worker computes when its calibration's signal reads it), whatever the shipped file says."""
 
-    def __init__(self) -> None:
+    def __init__(self, denoiser: Any) -> None:
         self.last: dict[str, Any] = {}
+        self.denoiser = denoiser  # the diffusion route's network
 
     def install(self) -> None:
         import gpu_worker.engine.ar as ar
         import gpu_worker.engine.infill as infill
         from gpu_worker.engine.confidence import outcome_confidence, span_tokens
+        from gpu_worker.engine.rescore import span_elbo
 
         def wrapped(canvas: Any, ids: Any, probs: Any, tokenizer: Any, **kw: Any) -> Any:
-            self.last = {k: {"probs": t.probs, "class": t.hole_class}
-                         for k, t in span_tokens(canvas, ids, probs, tokenizer).items()}  # fmt: skip
-            return outcome_confidence(canvas, ids, probs, tokenizer, **kw)
+            rescored = kw.get("rescored")
+            if kw.get("route") == "diffusion" and rescored is None:
+                rescored = span_elbo(self.denoiser, canvas, ids, passes=ELBO_PASSES)
+            self.last = {k: {"probs": t.probs, "class": t.hole_class, "rescored": t.rescored}
+                         for k, t in span_tokens(canvas, ids, probs, tokenizer, rescored).items()}  # fmt: skip
+            return outcome_confidence(canvas, ids, probs, tokenizer, **{**kw, "rescored": rescored})
 
         infill.outcome_confidence = wrapped
         ar.outcome_confidence = wrapped
@@ -146,7 +156,7 @@ def run_split(split: str, per_kind: int, loaded: dict[str, Any], profile: Any, *
     from gpu_worker.engine.run import run
     from research.evaluate import build_cases, exact
 
-    recorder = Recorder()
+    recorder = Recorder(loaded["diffusion"].network)
     recorder.install()
     encode = loaded["diffusion"].tokenizer.encode
     jobs: list[dict[str, Any]] = []
@@ -184,6 +194,7 @@ def run_split(split: str, per_kind: int, loaded: dict[str, Any], profile: Any, *
                     "ood": job["ood"], "route": route, "hole": name, "kind": spec["kind"],
                     "free": spec["free"], "class": recorder.last[name]["class"],
                     "probs": [round(float(p), 6) for p in recorder.last[name]["probs"]],
+                    "rescored": recorder.last[name]["rescored"],
                     "text": text, "answer": spec["answer"], "exact": right_exact, "judge_nll": nll,
                     "judge": judge, "original_nll": (spec["original_nll"] or {}).get(judge),
                     "domain_score": domain_score,
@@ -252,6 +263,7 @@ def fit(val: list[dict[str, Any]], unfamiliar_above: float | None = None) -> dic
     """Choose on val: the judge's bar, each route's signal, curves, thresholds, mark level."""
     from gpu_worker.engine.confidence import (
         HOLE_CLASSES,
+        SIGNAL_NAMES,
         SIGNALS,
         RouteCalibration,
         SpanTokens,
@@ -272,15 +284,20 @@ def fit(val: list[dict[str, Any]], unfamiliar_above: float | None = None) -> dic
         labels = [label(r, judge_bar) for r in rows]
         generated = [i for i, r in enumerate(rows) if r["set"] == "generated"]
         # 1. The signal: the best AUROC on the generated val spans (the corpus's own kinds),
-        #    the route's and each hole class's own.
-        trials = {name: round(auroc([span_signal(name, rows[i]["probs"]) for i in generated],
-                                    [labels[i] for i in generated]), 4) for name in SIGNALS}  # fmt: skip
+        #    the route's and each hole class's own; the ELBO ones where the route has it.
+        names = SIGNAL_NAMES if all(r.get("rescored") for r in rows) else tuple(SIGNALS)
+
+        def sig(name: str, i: int, rows: list[dict[str, Any]] = rows) -> float:
+            return span_signal(name, rows[i]["probs"], rows[i].get("rescored"))
+
+        trials = {name: round(auroc([sig(name, i) for i in generated],
+                                    [labels[i] for i in generated]), 4) for name in names}  # fmt: skip
         signal = max(trials, key=lambda k: trials[k])
         signals, class_trials = {}, {}
         for cls in HOLE_CLASSES:
             idx = [i for i in generated if rows[i]["class"] == cls]
-            class_trials[cls] = {name: round(auroc([span_signal(name, rows[i]["probs"]) for i in idx],
-                                                   [labels[i] for i in idx]), 4) for name in SIGNALS}  # fmt: skip
+            class_trials[cls] = {name: round(auroc([sig(name, i) for i in idx],
+                                                   [labels[i] for i in idx]), 4) for name in names}  # fmt: skip
             best = max(class_trials[cls], key=lambda k: _or_zero(class_trials[cls][k]))
             if _or_zero(class_trials[cls][best]) > _or_zero(class_trials[cls][signal]):
                 signals[cls] = best  # kept only where it beats the route's signal on val
@@ -293,7 +310,7 @@ def fit(val: list[dict[str, Any]], unfamiliar_above: float | None = None) -> dic
             calibrated = _fit_route(rows, labels, signal, weight, signals, unfamiliar_above)
             ps = [_p(rows[i], calibrated) for i in range(len(rows))]
             flagged = [hole_confidence(SpanTokens(rows[i]["probs"], [(0, 0)] * len(rows[i]["probs"]),
-                                                  rows[i]["class"]), calibrated,
+                                                  rows[i]["class"], rows[i].get("rescored")), calibrated,
                                        domain_score=rows[i]["domain_score"])["low"] for i in ood_free]  # fmt: skip
             share = sum(flagged) / max(1, len(flagged))
             options.append(
@@ -303,6 +320,7 @@ def fit(val: list[dict[str, Any]], unfamiliar_above: float | None = None) -> dic
         weight = -neg_weight
         routes[route] = calibrated
         chosen[route] = {"signal": signal, "signals": signals, "domain_weight": weight,
+                         "rescores": calibrated.rescores,
                          "val_auroc_generated": trials[signal], "val_brier": round(-neg_brier, 4),
                          "val_ood_free_flagged": round(share, 4), "low_below": calibrated.low_below,
                          "mark_below": calibrated.mark_below, "trials": trials,
@@ -320,7 +338,7 @@ def _or_zero(value: float) -> float:
 def _p(row: dict[str, Any], calibrated: Any) -> float:
     from gpu_worker.engine.confidence import SpanTokens, hole_confidence
 
-    tokens = SpanTokens(row["probs"], [(0, 0)] * len(row["probs"]), row["class"])
+    tokens = SpanTokens(row["probs"], [(0, 0)] * len(row["probs"]), row["class"], row.get("rescored"))
     return float(hole_confidence(tokens, calibrated, domain_score=row["domain_score"])["p"])
 
 
@@ -352,7 +370,7 @@ def _fit_route(rows: list[dict[str, Any]], labels: list[bool], signal: str, weig
     copies = [HANDWRITTEN_COPIES if r["set"] == "handwritten" else 1 for r in rows]
 
     def fitted(idx: list[int], cls: str) -> Isotonic:
-        scores = [shell.score(rows[i]["probs"], rows[i]["domain_score"], cls)
+        scores = [shell.score(rows[i]["probs"], rows[i]["domain_score"], cls, rows[i].get("rescored"))
                   for i in idx for _ in range(copies[i])]  # fmt: skip
         return Isotonic.fit(scores, [labels[i] for i in idx for _ in range(copies[i])])
 
@@ -367,12 +385,14 @@ def _fit_route(rows: list[dict[str, Any]], labels: list[bool], signal: str, weig
     curves = {ANY_CLASS: fitted(members[ANY_CLASS], ANY_CLASS)}
     for cls in (*HOLE_CLASSES, UNFAMILIAR):
         if len(members[cls]) >= MIN_CLASS_SPANS:
+            shell.curves[cls] = Isotonic((0.0,), (0.0,))  # the shell now reads cls's own signal
             shell.curves[cls] = curves[cls] = fitted(members[cls], cls)
     calibration = RouteCalibration(signal, curves, {}, 0.0, weight,
                                    {k: v for k, v in signals.items() if k in curves})  # fmt: skip
     low: dict[str, float] = {}
     for cls in curves:
-        right = sorted(curves[cls](calibration.score(rows[i]["probs"], rows[i]["domain_score"], cls))
+        right = sorted(curves[cls](calibration.score(rows[i]["probs"], rows[i]["domain_score"], cls,
+                                                     rows[i].get("rescored")))
                        for i in members[cls] if labels[i])  # fmt: skip
         low[cls] = _low_threshold(right)
     if (
@@ -380,9 +400,12 @@ def _fit_route(rows: list[dict[str, Any]], labels: list[bool], signal: str, weig
     ):  # too few right spans there for the budget rule: low unless likely right
         low[UNFAMILIAR] = max(low[UNFAMILIAR], UNFAMILIAR_LOW_BELOW)
     right_tokens = [p for r, y in zip(rows, labels, strict=True) if y for p in r["probs"]]
-    return RouteCalibration(signal, curves, low, round(quantile(right_tokens, MARK_QUANTILE), 4),
-                            weight, calibration.signals,
-                            unfamiliar_above if UNFAMILIAR in curves else None)  # fmt: skip
+    fitted_route = RouteCalibration(signal, curves, low, round(quantile(right_tokens, MARK_QUANTILE), 4),
+                                    weight, calibration.signals,
+                                    unfamiliar_above if UNFAMILIAR in curves else None)  # fmt: skip
+    if fitted_route.rescores:
+        return replace(fitted_route, elbo_passes=ELBO_PASSES)
+    return fitted_route
 
 
 def _low_threshold(right_ps: list[float]) -> float:
@@ -428,6 +451,61 @@ def template_texts(
     return gen, ood, ind
 
 
+def choice_fields(split: str, per_kind: int) -> dict[str, tuple[int, bool]]:
+    """Each generated choice case's candidate count and whether the rest of its document
+    states the answer (the text around the hole decides it)."""
+    from gpu_worker.engine.tokenizer import StencilTokenizer
+    from research.evaluate import build_cases
+
+    tok = StencilTokenizer.from_file(MODELS["diffusion"] / "tokenizer.json")
+    out = {}
+    for i, case in enumerate(build_cases("choice", per_kind, tok.encode, split=split)):  # type: ignore[arg-type]
+        hole = next(h for h in case.holes if h.name == "target")
+        text = case.doc.text
+        rest = text[: hole.span.start] + "\0" + text[hole.span.end :]
+        out[f"choice-{i}"] = (len(hole.span.choices or ()), hole.target in rest)
+    return out
+
+
+def choice_ceiling(scored: list[dict[str, Any]], per_kind: int) -> dict[str, Any]:
+    """What any confidence can do on the generated choice holes. The corpus generator draws
+    each choice uniformly and independently of the rest of the document
+    (``research.corpus.choice``), so whatever a route picks is right with probability 1/k for
+    a field of k candidates: no signal read from the document ranks right picks above wrong
+    ones better than 1/k does. Its AUROC against the observed labels is the ceiling."""
+    fields = choice_fields("test", per_kind)
+    out: dict[str, Any] = {"decided_by_text": sum(d for _k, d in fields.values()),
+                           "holes": len(fields)}  # fmt: skip
+    for route in MODELS:
+        rows = [r for r in scored if r["route"] == route and r["set"] == "generated"
+                and r["kind"] == "choice" and r["id"] in fields]  # fmt: skip
+        ys = [r["right"] for r in rows]
+        out[route] = {"ceiling_auroc": round(auroc([1 / fields[r["id"]][0] for r in rows], ys), 4),
+                      "right": round(sum(ys) / max(1, len(ys)), 4),
+                      "chance": round(sum(1 / fields[r["id"]][0] for r in rows) / max(1, len(rows)), 4)}  # fmt: skip
+    return out
+
+
+def rescore_cost(cases_per_kind: int = 2) -> dict[str, Any]:
+    """The diffusion route's seconds per canvas denoising and computing the span ELBO (under
+    the shipped calibration: none when it reads no ELBO), on generated val canvases, side by
+    side in one run on this machine."""
+    from gpu_worker.engine.backends import load_backend
+    from gpu_worker.engine.run import run
+    from research.evaluate import build_cases
+
+    loaded = load_backend(MODELS["diffusion"])
+    denoise, rescore = [], []
+    for kind in KINDS:
+        for case in build_cases(kind, cases_per_kind, loaded.tokenizer.encode, split="val"):
+            outcome = run("diffusion", loaded, case.request())
+            denoise.append(outcome.timings["denoise"])
+            rescore.append(outcome.timings.get("rescore", 0.0))
+    return {"canvases": len(denoise), "denoise_s": round(sum(denoise) / len(denoise), 3),
+            "rescore_s": round(sum(rescore) / len(rescore), 3),
+            "rescore_over_denoise": round(sum(rescore) / sum(denoise), 3)}  # fmt: skip
+
+
 # -- reporting ----------------------------------------------------------------------------------
 def score_records(
     records: list[dict[str, Any]], routes: dict[str, Any], judge_bar: dict[str, float]
@@ -437,7 +515,7 @@ def score_records(
     out = []
     for r in records:
         offsets = [(i, i + 1) for i in range(len(r["probs"]))]
-        conf = hole_confidence(SpanTokens(r["probs"], offsets, r["class"]), routes[r["route"]],
+        conf = hole_confidence(SpanTokens(r["probs"], offsets, r["class"], r.get("rescored")), routes[r["route"]],
                                domain_score=r["domain_score"])  # fmt: skip
         out.append({**r, "p": conf["p"], "low": conf["low"], "right": label(r, judge_bar)})
     return out
@@ -492,6 +570,8 @@ def report(
         "generated_warned": round(sum(profile.score(t) > profile.threshold for t in gen_t) / len(gen_t), 4),
         "counts": {"ood": len(ood_t), "in": len(in_t), "generated": len(gen_t)},
     }  # fmt: skip
+    results["choice_ceiling"] = choice_ceiling(scored, per_kind)
+    results["rescore_cost"] = rescore_cost()
     results["scored"] = [{k: r[k] for k in ("set", "id", "route", "hole", "kind", "text", "answer", "p", "low", "right", "ood")}
                          for r in scored]  # fmt: skip
     return results
@@ -521,8 +601,22 @@ def table(results: dict[str, Any]) -> str:
     lines.append(
         f"- free text is right under the other model's judge NLL <= {results['judge_bar']} nats/token"
     )
+    cc = results.get("choice_ceiling")
+    if cc:
+        per_route = ", ".join(f"{route} right {cc[route]['right']} (chance {cc[route]['chance']}), "
+                              f"ceiling AUROC {cc[route]['ceiling_auroc']}" for route in MODELS)  # fmt: skip
+        lines.append(f"- choices: the generator draws each one independently of its document; the text "
+                     f"around the hole states the answer in {cc['decided_by_text']} of {cc['holes']} test "
+                     f"holes, so a pick is right with probability 1/k whatever the signal: {per_route} "
+                     "(the AUROC of 1/k itself, the best any confidence can rank them)")  # fmt: skip
+    rc = results.get("rescore_cost")
+    if rc:
+        lines.append(f"- the span ELBO's cost (diffusion, {rc['canvases']} generated val canvases, this CPU): "
+                     f"{rc['rescore_s']} s per canvas beside {rc['denoise_s']} s denoising "
+                     f"({rc['rescore_over_denoise']} times)")  # fmt: skip
     for route, c in results["chosen"].items():
-        lines.append(f"- {route}: signal {c['signal']}, domain weight {c['domain_weight']}, val AUROC "
+        lines.append(f"- {route}: signal {c['signal']}, class signals {c['signals'] or 'none'}, "
+                     f"ELBO passes {ELBO_PASSES if c.get('rescores') else 0}, domain weight {c['domain_weight']}, val AUROC "
                      f"(generated) {c['val_auroc_generated']}, val OOD free flagged {c['val_ood_free_flagged']}, low below {c['low_below']}, mark below {c['mark_below']}")  # fmt: skip
     lines += ["", "What was tried on val (the choice: the best; a hole class keeps a signal of its own only where it beats the route's):", ""]  # fmt: skip
     for route, c in results["chosen"].items():
@@ -564,7 +658,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--per-kind", type=int, default=28, help="generated cases per hole kind and split"
+        "--per-kind", type=int, default=60, help="generated cases per hole kind and split"
     )
     parser.add_argument("--stage", choices=("all", "run", "fit", "report"), default="all")
     parser.add_argument("--splits", default="val,test", help="splits the run stage fills")

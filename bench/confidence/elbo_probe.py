@@ -9,8 +9,8 @@ log-probability of the committed tokens at the masked positions (``elbo``; ``elb
 mean over passes of the least likely masked token). It prints each hole kind's AUROC against
 "right" (as the confidence bench labels it) beside ``mean_logp``, and the seconds per span.
 The probe reads the document as the bench's tokenizer does, not the worker's canvas (no
-preamble, the span alone as a hole), so its numbers say whether the signal is worth building
-into the worker, not what the worker would ship.
+preamble, the span alone as a hole); the worker's own is ``gpu_worker.engine.rescore``, and
+what it ships is measured by ``confidence_bench.py``.
 """
 
 from __future__ import annotations

@@ -3,8 +3,11 @@
 Both routes keep, for every position they wrote, the probability the model gave the token it
 committed there (the sampler's ``RowState.confidence``: at its commit, or at its last one
 after a re-mask; the AR route: at its decoding; a ``choices`` hole: the chosen candidate's
-share, on every position of it). From those a span gets one *signal* (``SIGNALS``), and the
-model directory's ``confidence.json`` maps the signal, per route and hole class, to the
+share, on every position of it). From those, and for the diffusion route where its
+calibration asks, the denoiser's few-pass ELBO of the finished span
+(:mod:`gpu_worker.engine.rescore`), a span gets one *signal* (``SIGNALS``,
+``RESCORED_SIGNALS``), and the model directory's ``confidence.json`` maps the signal, per
+route and hole class, to the
 probability that the span is right, as measured on the validation split (an isotonic curve,
 monotone by construction). Without that file the score is the span's geometric-mean token
 probability, marked ``"calibrated": false``.
@@ -60,16 +63,29 @@ SIGNALS = {  # name -> the span's score from its tokens' probabilities (never em
     "min_p": lambda ps: min(float(p) for p in ps),
     "low3_logp": lambda ps: sum(sorted(_logs(ps))[:3]) / min(3, len(ps)),
 }
+RESCORED_SIGNALS = {  # name -> the score from the tokens' probabilities and the span's ELBO
+    "elbo": lambda ps, r: r["elbo"],
+    "elbo_min": lambda ps, r: r["elbo_min"],
+    "logp_elbo": lambda ps, r: sum(_logs(ps)) / len(ps) + r["elbo"],
+}  # (gpu_worker.engine.rescore: the denoiser re-reads its finished span)
+SIGNAL_NAMES = (*SIGNALS, *RESCORED_SIGNALS)
 
 
-def span_signal(name: str, probs: Sequence[float]) -> float:
-    """The signal ``name`` of a span with token probabilities ``probs`` (``ValueError`` for
-    an unknown name or no tokens)."""
-    if name not in SIGNALS:
-        raise ValueError(f"signal={name!r} is not one of {sorted(SIGNALS)}")
+def span_signal(
+    name: str, probs: Sequence[float], rescored: dict[str, float] | None = None
+) -> float:
+    """The signal ``name`` of a span with token probabilities ``probs`` and, for a signal of
+    ``RESCORED_SIGNALS``, its ELBO ``rescored`` (``ValueError`` for an unknown name, no
+    tokens, or a rescored signal without its ELBO)."""
+    if name not in SIGNALS and name not in RESCORED_SIGNALS:
+        raise ValueError(f"signal={name!r} is not one of {sorted(SIGNAL_NAMES)}")
     if not probs:
         raise ValueError("a span without tokens has no signal")
-    return float(SIGNALS[name](probs))
+    if name in SIGNALS:
+        return float(SIGNALS[name](probs))
+    if rescored is None:
+        raise ValueError(f"signal={name!r} needs the span's ELBO (gpu_worker.engine.rescore)")
+    return float(RESCORED_SIGNALS[name](probs, rescored))
 
 
 # -- the calibration curve ----------------------------------------------------------------------
@@ -139,6 +155,12 @@ class RouteCalibration:
     domain_weight: float = 0.0  # the signal minus this times the canvas's domain score
     signals: dict[str, str] = field(default_factory=dict)  # hole class -> its own signal
     unfamiliar_above: float | None = None  # a domain score over this uses the UNFAMILIAR curve
+    elbo_passes: int = 0  # re-masked passes of a span's ELBO, for a signal that reads it
+
+    @property
+    def rescores(self) -> bool:
+        """Whether a span's score reads its ELBO (the route must compute it)."""
+        return any(name in RESCORED_SIGNALS for name in (self.signal, *self.signals.values()))
 
     def curve(self, hole_class: str) -> Isotonic:
         return self.curves.get(hole_class) or self.curves[ANY_CLASS]
@@ -161,13 +183,15 @@ class RouteCalibration:
         )
 
     def score(
-        self, probs: Sequence[float], domain_score: float, hole_class: str = ANY_CLASS
-    ) -> float:
-        return span_signal(self.signal_for(hole_class), probs) - self.domain_weight * domain_score
+        self, probs: Sequence[float], domain_score: float, hole_class: str = ANY_CLASS,
+        rescored: dict[str, float] | None = None,
+    ) -> float:  # fmt: skip
+        signal = span_signal(self.signal_for(hole_class), probs, rescored)
+        return signal - self.domain_weight * domain_score
 
     def to_json(self) -> dict[str, Any]:
         return {"signal": self.signal, "signals": self.signals, "mark_below": self.mark_below,
-                "unfamiliar_above": self.unfamiliar_above,
+                "unfamiliar_above": self.unfamiliar_above, "elbo_passes": self.elbo_passes,
                 "domain_weight": self.domain_weight, "low_below": self.low_below,
                 "curves": {k: c.to_json() for k, c in self.curves.items()}}  # fmt: skip
 
@@ -179,10 +203,15 @@ class RouteCalibration:
             raise ValueError(f"a route calibration needs an {ANY_CLASS!r} curve and threshold")
         signals = {str(k): str(v) for k, v in data.get("signals", {}).items()}
         for name in (str(data["signal"]), *signals.values()):
-            span_signal(name, [0.5])  # an unknown signal is refused here
-        return cls(str(data["signal"]), curves, low, float(data["mark_below"]),
-                   float(data.get("domain_weight", 0.0)), signals,
-                   None if data.get("unfamiliar_above") is None else float(data["unfamiliar_above"]))  # fmt: skip
+            span_signal(name, [0.5], {"elbo": 0.0, "elbo_min": 0.0})  # unknown ones refused
+        passes = int(data.get("elbo_passes", 0))
+        route = cls(str(data["signal"]), curves, low, float(data["mark_below"]),
+                    float(data.get("domain_weight", 0.0)), signals,
+                    None if data.get("unfamiliar_above") is None else float(data["unfamiliar_above"]),
+                    passes)  # fmt: skip
+        if route.rescores and passes < 1:
+            raise ValueError("a calibration whose signal reads the ELBO needs elbo_passes >= 1")
+        return route
 
 
 @dataclass(frozen=True)
@@ -220,6 +249,7 @@ class SpanTokens:
     probs: list[float]
     offsets: list[tuple[int, int]]  # [start, end) of each token in the hole's text
     hole_class: str  # one of HOLE_CLASSES
+    rescored: dict[str, float] | None = None  # the span's ELBO (rescore.span_elbo), if computed
 
 
 def hole_class(holes: Sequence[Hole]) -> str:
@@ -233,10 +263,11 @@ def hole_class(holes: Sequence[Hole]) -> str:
 
 
 def span_tokens(
-    canvas: Canvas, ids: torch.Tensor, probs: torch.Tensor, tokenizer: StencilTokenizer
-) -> dict[str, SpanTokens]:
+    canvas: Canvas, ids: torch.Tensor, probs: torch.Tensor, tokenizer: StencilTokenizer,
+    rescored: dict[str, dict[str, float]] | None = None,
+) -> dict[str, SpanTokens]:  # fmt: skip
     """Each request hole's tokens from the final ``ids`` [L] and ``probs`` [L] (nan where
-    the route wrote nothing)."""
+    the route wrote nothing), with its ELBO from ``rescored`` where given."""
     values = probs.detach().to("cpu", torch.float64).tolist()
     texts = canvas.span_texts(ids, tokenizer)
     out: dict[str, SpanTokens] = {}
@@ -257,7 +288,9 @@ def span_tokens(
                 token_probs.append(1.0 if math.isnan(p) else p)  # a forced token is sure
                 offsets.append((cursor + a, cursor + b))
             cursor += len(texts[piece.hole])
-        out[name] = SpanTokens(token_probs, offsets, hole_class(spans))
+        out[name] = SpanTokens(
+            token_probs, offsets, hole_class(spans), (rescored or {}).get(name)
+        )
     return out
 
 
@@ -291,7 +324,8 @@ def hole_confidence(
         key = route.hole_key(tokens.hole_class, domain_score)
         signal, calibrated = route.signal_for(key), True
         mark_below, curve = route.mark_below, route.curve(key)
-        p = curve(route.score(tokens.probs, domain_score, key)) if tokens.probs else curve.y[0]
+        p = (curve(route.score(tokens.probs, domain_score, key, tokens.rescored))
+             if tokens.probs else curve.y[0])  # fmt: skip
         low = p < route.threshold(key)
     p = min(max(float(p), 0.0), 1.0)
     return {"p": round(p, 4), "low": bool(low), "marks": token_marks(tokens, mark_below),
@@ -327,22 +361,34 @@ def outcome_confidence(
     *,
     directory: Path,
     route: str,
+    rescored: dict[str, dict[str, float]] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
     """Every request hole's confidence for ``route`` under ``directory``'s calibration, and
-    the domain of the canvas's locked text (None when the model ships no profile)."""
+    the domain of the canvas's locked text (None when the model ships no profile).
+    ``rescored``: each hole's ELBO, which a calibration whose signal reads it needs."""
     domain = assess_text(directory, locked_texts(canvas))
-    calibration = load_calibration(directory)
-    calibrated = calibration.routes.get(route) if calibration is not None else None
+    calibrated = route_calibration(directory, route)
+    if calibrated is not None and calibrated.rescores and rescored is None:
+        raise ValueError(f"the {route} calibration of {directory} reads the span ELBO: pass it")
     score = float(domain["score"]) if domain is not None else 0.0
-    confidence = {name: hole_confidence(tokens, calibrated, domain_score=score)
-                  for name, tokens in span_tokens(canvas, ids, probs, tokenizer).items()}  # fmt: skip
+    tokens = span_tokens(canvas, ids, probs, tokenizer, rescored)
+    confidence = {name: hole_confidence(span, calibrated, domain_score=score)
+                  for name, span in tokens.items()}  # fmt: skip
     return confidence, domain
+
+
+def route_calibration(directory: Path, route: str) -> RouteCalibration | None:
+    """``route``'s calibration in ``directory``'s ``confidence.json``, or None."""
+    calibration = load_calibration(directory)
+    return calibration.routes.get(route) if calibration is not None else None
 
 
 __all__ = [
     "CALIBRATION_FILE",
     "HOLE_CLASSES",
+    "RESCORED_SIGNALS",
     "SIGNALS",
+    "SIGNAL_NAMES",
     "Calibration",
     "Isotonic",
     "RouteCalibration",
@@ -352,6 +398,7 @@ __all__ = [
     "load_calibration",
     "locked_texts",
     "outcome_confidence",
+    "route_calibration",
     "span_signal",
     "span_tokens",
     "token_marks",

@@ -15,11 +15,12 @@ from typing import Any
 import torch
 
 from gpu_worker.engine.canvas import Canvas, parse_canvas
-from gpu_worker.engine.confidence import outcome_confidence
+from gpu_worker.engine.confidence import outcome_confidence, route_calibration
 from gpu_worker.engine.config import SamplerConfig, config_from_request
 from gpu_worker.engine.loaded import LoadedModel
 from gpu_worker.engine.outcome import DIFFUSION, Hooks, Outcome
 from gpu_worker.engine.preamble import preamble_ids, with_preamble
+from gpu_worker.engine.rescore import span_elbo
 from gpu_worker.engine.sampler import DenoiseResult, StepInfo, denoise_batch, model_int
 from gpu_worker.engine.trace import json_sha256
 from gpu_worker.engine.validation import validate
@@ -194,8 +195,16 @@ def _outcome(
 ) -> Outcome:
     probs = result.confidence if result.confidence is not None else torch.full_like(
         result.ids, float("nan"), dtype=torch.float32)  # fmt: skip
+    calibration = route_calibration(loaded.directory, DIFFUSION)
+    rescored = None
+    if calibration is not None and calibration.rescores:  # the signal reads the span's ELBO
+        before = time.perf_counter()
+        rescored = span_elbo(loaded.network, canvas, result.ids, passes=calibration.elbo_passes)
+        timings = {**timings, "rescore": time.perf_counter() - before}
+        timings["total"] += timings["rescore"]
     confidence, domain = outcome_confidence(canvas, result.ids, probs, loaded.tokenizer,
-                                            directory=loaded.directory, route=DIFFUSION)  # fmt: skip
+                                            directory=loaded.directory, route=DIFFUSION,
+                                            rescored=rescored)  # fmt: skip
     return Outcome(
         holes=result.hole_texts,
         document=result.document,
