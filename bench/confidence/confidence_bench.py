@@ -72,23 +72,26 @@ ECE_BINS = 10
 # -- running ------------------------------------------------------------------------------------
 class Recorder:
     """Keeps the span tokens the engine scored last (wraps ``outcome_confidence``), and for
-    the diffusion route each span's ELBO at ELBO_PASSES (``rescore.span_elbo``, what the
-    worker computes when its calibration's signal reads it), whatever the shipped file says."""
+    the diffusion route each span's ELBO at ELBO_PASSES (``rescore.span_elbo``), for the AR
+    route its re-read (``rescore.span_reread``): what the worker computes when its
+    calibration's signal reads them, whatever the shipped file says."""
 
-    def __init__(self, denoiser: Any) -> None:
+    def __init__(self, denoiser: Any, ar: Any) -> None:
         self.last: dict[str, Any] = {}
-        self.denoiser = denoiser  # the diffusion route's network
+        self.denoiser, self.ar = denoiser, ar  # the routes' networks
 
     def install(self) -> None:
         import gpu_worker.engine.ar as ar
         import gpu_worker.engine.infill as infill
         from gpu_worker.engine.confidence import outcome_confidence, span_tokens
-        from gpu_worker.engine.rescore import span_elbo
+        from gpu_worker.engine.rescore import span_elbo, span_reread
 
         def wrapped(canvas: Any, ids: Any, probs: Any, tokenizer: Any, **kw: Any) -> Any:
             rescored = kw.get("rescored")
             if kw.get("route") == "diffusion" and rescored is None:
                 rescored = span_elbo(self.denoiser, canvas, ids, passes=ELBO_PASSES)
+            if kw.get("route") == "ar" and rescored is None:
+                rescored = span_reread(self.ar, canvas, ids)
             self.last = {k: {"probs": t.probs, "class": t.hole_class, "rescored": t.rescored}
                          for k, t in span_tokens(canvas, ids, probs, tokenizer, rescored).items()}  # fmt: skip
             return outcome_confidence(canvas, ids, probs, tokenizer, **{**kw, "rescored": rescored})
@@ -156,7 +159,7 @@ def run_split(split: str, per_kind: int, loaded: dict[str, Any], profile: Any, *
     from gpu_worker.engine.run import run
     from research.evaluate import build_cases, exact
 
-    recorder = Recorder(loaded["diffusion"].network)
+    recorder = Recorder(loaded["diffusion"].network, loaded["ar"].network)
     recorder.install()
     encode = loaded["diffusion"].tokenizer.encode
     jobs: list[dict[str, Any]] = []
@@ -263,7 +266,8 @@ def fit(val: list[dict[str, Any]], unfamiliar_above: float | None = None) -> dic
     """Choose on val: the judge's bar, each route's signal, curves, thresholds, mark level."""
     from gpu_worker.engine.confidence import (
         HOLE_CLASSES,
-        SIGNAL_NAMES,
+        RESCORE_READS,
+        RESCORED_SIGNALS,
         SIGNALS,
         RouteCalibration,
         SpanTokens,
@@ -285,7 +289,8 @@ def fit(val: list[dict[str, Any]], unfamiliar_above: float | None = None) -> dic
         generated = [i for i, r in enumerate(rows) if r["set"] == "generated"]
         # 1. The signal: the best AUROC on the generated val spans (the corpus's own kinds),
         #    the route's and each hole class's own; the ELBO ones where the route has it.
-        names = SIGNAL_NAMES if all(r.get("rescored") for r in rows) else tuple(SIGNALS)
+        names = tuple(SIGNALS) + tuple(n for n in RESCORED_SIGNALS
+                                       if all(RESCORE_READS[n] in (r.get("rescored") or {}) for r in rows))  # fmt: skip
 
         def sig(name: str, i: int, rows: list[dict[str, Any]] = rows) -> float:
             return span_signal(name, rows[i]["probs"], rows[i].get("rescored"))
@@ -320,7 +325,7 @@ def fit(val: list[dict[str, Any]], unfamiliar_above: float | None = None) -> dic
         weight = -neg_weight
         routes[route] = calibrated
         chosen[route] = {"signal": signal, "signals": signals, "domain_weight": weight,
-                         "rescores": calibrated.rescores,
+                         "elbo_passes": calibrated.elbo_passes,
                          "val_auroc_generated": trials[signal], "val_brier": round(-neg_brier, 4),
                          "val_ood_free_flagged": round(share, 4), "low_below": calibrated.low_below,
                          "mark_below": calibrated.mark_below, "trials": trials,
@@ -403,7 +408,7 @@ def _fit_route(rows: list[dict[str, Any]], labels: list[bool], signal: str, weig
     fitted_route = RouteCalibration(signal, curves, low, round(quantile(right_tokens, MARK_QUANTILE), 4),
                                     weight, calibration.signals,
                                     unfamiliar_above if UNFAMILIAR in curves else None)  # fmt: skip
-    if fitted_route.rescores:
+    if fitted_route.reads_elbo:
         return replace(fitted_route, elbo_passes=ELBO_PASSES)
     return fitted_route
 
@@ -487,23 +492,26 @@ def choice_ceiling(scored: list[dict[str, Any]], per_kind: int) -> dict[str, Any
 
 
 def rescore_cost(cases_per_kind: int = 2) -> dict[str, Any]:
-    """The diffusion route's seconds per canvas denoising and computing the span ELBO (under
-    the shipped calibration: none when it reads no ELBO), on generated val canvases, side by
+    """Each route's seconds per canvas writing it and re-reading its spans (under the shipped
+    calibration: none when its signal reads no re-read), on generated val canvases, side by
     side in one run on this machine."""
     from gpu_worker.engine.backends import load_backend
     from gpu_worker.engine.run import run
     from research.evaluate import build_cases
 
-    loaded = load_backend(MODELS["diffusion"])
-    denoise, rescore = [], []
-    for kind in KINDS:
-        for case in build_cases(kind, cases_per_kind, loaded.tokenizer.encode, split="val"):
-            outcome = run("diffusion", loaded, case.request())
-            denoise.append(outcome.timings["denoise"])
-            rescore.append(outcome.timings.get("rescore", 0.0))
-    return {"canvases": len(denoise), "denoise_s": round(sum(denoise) / len(denoise), 3),
-            "rescore_s": round(sum(rescore) / len(rescore), 3),
-            "rescore_over_denoise": round(sum(rescore) / sum(denoise), 3)}  # fmt: skip
+    out: dict[str, Any] = {}
+    for route, writing in (("diffusion", "denoise"), ("ar", "decode")):
+        loaded = load_backend(MODELS[route])
+        written, rescore = [], []
+        for kind in KINDS:
+            for case in build_cases(kind, cases_per_kind, loaded.tokenizer.encode, split="val"):
+                outcome = run(route, loaded, case.request())
+                written.append(outcome.timings[writing])
+                rescore.append(outcome.timings.get("rescore", 0.0))
+        out[route] = {"canvases": len(written), "write_s": round(sum(written) / len(written), 3),
+                      "rescore_s": round(sum(rescore) / len(rescore), 3),
+                      "rescore_over_write": round(sum(rescore) / sum(written), 3)}  # fmt: skip
+    return out
 
 
 # -- reporting ----------------------------------------------------------------------------------
@@ -609,14 +617,13 @@ def table(results: dict[str, Any]) -> str:
                      f"around the hole states the answer in {cc['decided_by_text']} of {cc['holes']} test "
                      f"holes, so a pick is right with probability 1/k whatever the signal: {per_route} "
                      "(the AUROC of 1/k itself, the best any confidence can rank them)")  # fmt: skip
-    rc = results.get("rescore_cost")
-    if rc:
-        lines.append(f"- the span ELBO's cost (diffusion, {rc['canvases']} generated val canvases, this CPU): "
-                     f"{rc['rescore_s']} s per canvas beside {rc['denoise_s']} s denoising "
-                     f"({rc['rescore_over_denoise']} times)")  # fmt: skip
+    for route, rc in (results.get("rescore_cost") or {}).items():
+        lines.append(f"- re-reading the spans costs ({route}, {rc['canvases']} generated val canvases, this CPU): "
+                     f"{rc['rescore_s']} s per canvas beside {rc['write_s']} s writing them "
+                     f"({rc['rescore_over_write']} times)")  # fmt: skip
     for route, c in results["chosen"].items():
         lines.append(f"- {route}: signal {c['signal']}, class signals {c['signals'] or 'none'}, "
-                     f"ELBO passes {ELBO_PASSES if c.get('rescores') else 0}, domain weight {c['domain_weight']}, val AUROC "
+                     f"ELBO passes {c.get('elbo_passes', 0)}, domain weight {c['domain_weight']}, val AUROC "
                      f"(generated) {c['val_auroc_generated']}, val OOD free flagged {c['val_ood_free_flagged']}, low below {c['low_below']}, mark below {c['mark_below']}")  # fmt: skip
     lines += ["", "What was tried on val (the choice: the best; a hole class keeps a signal of its own only where it beats the route's):", ""]  # fmt: skip
     for route, c in results["chosen"].items():

@@ -30,12 +30,13 @@ from typing import Any
 import torch
 
 from gpu_worker.engine.canvas import Canvas, Hole, parse_canvas
-from gpu_worker.engine.confidence import outcome_confidence
+from gpu_worker.engine.confidence import outcome_confidence, route_calibration
 from gpu_worker.engine.config import SamplerConfig, config_from_request
 from gpu_worker.engine.constraints import CharAutomaton, ChoiceConstraint, PatternConstraint
 from gpu_worker.engine.loaded import LoadedModel
 from gpu_worker.engine.model import KVCache, StencilTransformer, fit_fim_context
 from gpu_worker.engine.outcome import AR, Hooks, Outcome
+from gpu_worker.engine.rescore import span_reread
 from gpu_worker.engine.validation import validate
 
 ROUTE = AR  # Outcome.route of this route
@@ -110,8 +111,15 @@ def infill_request_ar(
     holes = canvas.hole_texts(ids, loaded.tokenizer)
     document = canvas.document(ids, loaded.tokenizer)
     violations = validate(canvas, ids, loaded.tokenizer, hole_texts=holes, document=document)
+    checked = time.perf_counter()
+    calibration = route_calibration(loaded.directory, ROUTE)
+    rescored = None
+    if calibration is not None and calibration.rescores:  # the signal reads the span's re-read
+        rescored = span_reread(network, canvas, ids)
+    rescore = time.perf_counter() - checked
     confidence, domain = outcome_confidence(canvas, ids, probs, loaded.tokenizer,
-                                            directory=loaded.directory, route=ROUTE)  # fmt: skip
+                                            directory=loaded.directory, route=ROUTE,
+                                            rescored=rescored)  # fmt: skip
     finished = time.perf_counter()
     return Outcome(
         holes=holes,
@@ -121,7 +129,8 @@ def infill_request_ar(
         timings={
             "encode": encoded - started,
             "decode": decoded - encoded,
-            "validate": finished - decoded,
+            "validate": checked - decoded,
+            **({"rescore": rescore} if rescored is not None else {}),
             "total": finished - started,
         },
         trace=trace,

@@ -63,11 +63,15 @@ SIGNALS = {  # name -> the span's score from its tokens' probabilities (never em
     "min_p": lambda ps: min(float(p) for p in ps),
     "low3_logp": lambda ps: sum(sorted(_logs(ps))[:3]) / min(3, len(ps)),
 }
-RESCORED_SIGNALS = {  # name -> the score from the tokens' probabilities and the span's ELBO
+RESCORED_SIGNALS = {  # name -> the score from the tokens' probabilities and the re-read span
     "elbo": lambda ps, r: r["elbo"],
     "elbo_min": lambda ps, r: r["elbo_min"],
     "logp_elbo": lambda ps, r: sum(_logs(ps)) / len(ps) + r["elbo"],
-}  # (gpu_worker.engine.rescore: the denoiser re-reads its finished span)
+    "reread": lambda ps, r: r["reread"],
+    "logp_reread": lambda ps, r: sum(_logs(ps)) / len(ps) + r["reread"],
+}  # (gpu_worker.engine.rescore: the denoiser's ELBO, the AR-FIM model's re-read)
+RESCORE_READS = {"elbo": "elbo", "elbo_min": "elbo_min", "logp_elbo": "elbo",
+                 "reread": "reread", "logp_reread": "reread"}  # fmt: skip
 SIGNAL_NAMES = (*SIGNALS, *RESCORED_SIGNALS)
 
 
@@ -75,16 +79,17 @@ def span_signal(
     name: str, probs: Sequence[float], rescored: dict[str, float] | None = None
 ) -> float:
     """The signal ``name`` of a span with token probabilities ``probs`` and, for a signal of
-    ``RESCORED_SIGNALS``, its ELBO ``rescored`` (``ValueError`` for an unknown name, no
-    tokens, or a rescored signal without its ELBO)."""
+    ``RESCORED_SIGNALS``, its re-read ``rescored`` (``ValueError`` for an unknown name, no
+    tokens, or a rescored signal without the value it reads)."""
     if name not in SIGNALS and name not in RESCORED_SIGNALS:
         raise ValueError(f"signal={name!r} is not one of {sorted(SIGNAL_NAMES)}")
     if not probs:
         raise ValueError("a span without tokens has no signal")
     if name in SIGNALS:
         return float(SIGNALS[name](probs))
-    if rescored is None:
-        raise ValueError(f"signal={name!r} needs the span's ELBO (gpu_worker.engine.rescore)")
+    if rescored is None or RESCORE_READS[name] not in rescored:
+        raise ValueError(f"signal={name!r} needs the span's re-read "
+                         f"{RESCORE_READS[name]!r} (gpu_worker.engine.rescore)")  # fmt: skip
     return float(RESCORED_SIGNALS[name](probs, rescored))
 
 
@@ -159,8 +164,14 @@ class RouteCalibration:
 
     @property
     def rescores(self) -> bool:
-        """Whether a span's score reads its ELBO (the route must compute it)."""
+        """Whether a span's score reads its re-read (the route must compute it)."""
         return any(name in RESCORED_SIGNALS for name in (self.signal, *self.signals.values()))
+
+    @property
+    def reads_elbo(self) -> bool:
+        """Whether a span's score reads the denoiser's ELBO (``elbo_passes`` of it)."""
+        names = (self.signal, *self.signals.values())
+        return any(RESCORE_READS.get(name) in ("elbo", "elbo_min") for name in names)
 
     def curve(self, hole_class: str) -> Isotonic:
         return self.curves.get(hole_class) or self.curves[ANY_CLASS]
@@ -203,13 +214,13 @@ class RouteCalibration:
             raise ValueError(f"a route calibration needs an {ANY_CLASS!r} curve and threshold")
         signals = {str(k): str(v) for k, v in data.get("signals", {}).items()}
         for name in (str(data["signal"]), *signals.values()):
-            span_signal(name, [0.5], {"elbo": 0.0, "elbo_min": 0.0})  # unknown ones refused
+            span_signal(name, [0.5], dict.fromkeys(RESCORE_READS.values(), 0.0))  # unknown: refused
         passes = int(data.get("elbo_passes", 0))
         route = cls(str(data["signal"]), curves, low, float(data["mark_below"]),
                     float(data.get("domain_weight", 0.0)), signals,
                     None if data.get("unfamiliar_above") is None else float(data["unfamiliar_above"]),
                     passes)  # fmt: skip
-        if route.rescores and passes < 1:
+        if route.reads_elbo and passes < 1:
             raise ValueError("a calibration whose signal reads the ELBO needs elbo_passes >= 1")
         return route
 
@@ -387,6 +398,7 @@ __all__ = [
     "CALIBRATION_FILE",
     "HOLE_CLASSES",
     "RESCORED_SIGNALS",
+    "RESCORE_READS",
     "SIGNALS",
     "SIGNAL_NAMES",
     "Calibration",

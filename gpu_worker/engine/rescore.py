@@ -1,5 +1,7 @@
-"""A few-pass ELBO of the denoiser's final spans: how likely the model finds its own text
-when parts of it are masked again.
+"""Re-reading a route's finished spans: how likely the model finds its own text once the
+whole canvas is filled.
+
+**The denoiser** (``span_elbo``): a few-pass ELBO of each span.
 
 The sampler's committed-token probabilities are read once, at each token's commit, with the
 span's later tokens still masked. Re-reading the finished span tells a careful span from a
@@ -16,6 +18,11 @@ log-likelihood, and its worst token). The masks come from a generator seeded by 
 canvas's seed, so a replay rescores alike. :mod:`gpu_worker.engine.confidence` maps these,
 as it maps the committed probabilities, to the span's calibrated confidence; the diffusion
 route computes them when its calibration's signal reads them (``RouteCalibration.rescores``).
+
+**The AR-FIM model** (``span_reread``) wrote each hole seeing the later holes as masks. Once
+every hole is filled it reads each span again in the route's own prompt, between the whole
+filled prefix and suffix (the hole's positions as masks where the model was trained so), and
+a hole gets ``{"reread": minus the per-token NLL of its tokens and their EOS}``.
 """
 
 from __future__ import annotations
@@ -23,9 +30,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from gpu_worker.engine.canvas import Canvas
-from gpu_worker.engine.model import hole_room
+from gpu_worker.engine.model import fit_fim_context, hole_room
 from gpu_worker.engine.sampler.cache import forward_cache_for
 
 RESCORE_SEED_OFFSET = 0x5C0E  # the mask draws' seed: the canvas's plus this
@@ -110,4 +118,29 @@ def _score_rows(
     return out
 
 
-__all__ = ["filled_sequence", "span_elbo"]
+def span_reread(network: Any, canvas: Canvas, ids: torch.Tensor) -> dict[str, dict[str, float]]:
+    """Each request hole's ``{"reread"}`` from the AR-FIM ``network`` (a hole without tokens
+    is left out). ``ids`` [L] is the canvas as the AR route finished it."""
+    cfg = network.config
+    device = next(network.parameters()).device
+    seq, ranges = filled_sequence(canvas, ids)
+    totals: dict[str, list[float]] = {}  # hole -> [summed NLL, tokens]
+    for hole, (a, b) in zip(canvas.holes, ranges, strict=True):
+        if b <= a:
+            continue
+        middle = [*seq[a:b], cfg.eos_id]
+        masks = [canvas.mask_id] * hole.max_len if cfg.fim_hole_masks else []
+        budget = cfg.max_len - hole.max_len - 2  # as the route's prompt: the middle and its EOS
+        prefix, suffix = fit_fim_context(seq[:a], masks + seq[b:], budget - 3)
+        prompt = [cfg.fim_prefix_id, *prefix, cfg.fim_suffix_id, *suffix, cfg.fim_middle_id]
+        full = torch.tensor([prompt + middle], dtype=torch.long, device=device)
+        with torch.inference_mode():
+            logits = network(full[:, :-1]).float()[0, len(prompt) - 1 :]
+            nll = F.cross_entropy(logits, full[0, len(prompt) :], reduction="sum")
+        got = totals.setdefault(hole.group, [0.0, 0.0])
+        got[0] += float(nll)
+        got[1] += len(middle)
+    return {name: {"reread": round(-v[0] / v[1], 6)} for name, v in totals.items()}
+
+
+__all__ = ["filled_sequence", "span_elbo", "span_reread"]

@@ -1,7 +1,7 @@
-"""The span ELBO (gpu_worker.engine.rescore): the filled sequence keeps every written token and
-no pad, the ELBO is a replayable log-probability, it reads the model's own text as likelier
-than the same tokens shuffled, and a calibration whose signal reads it makes the diffusion
-route compute it."""
+"""Re-reading finished spans (gpu_worker.engine.rescore): the filled sequence keeps every
+written token and no pad, the denoiser's ELBO and the AR-FIM re-read are replayable
+log-probabilities that read a sentence as likelier than its words shuffled, and a calibration
+whose signal reads them makes the route compute them."""
 
 from __future__ import annotations
 
@@ -25,13 +25,19 @@ from gpu_worker.engine.confidence import (
     RouteCalibration,
     span_signal,
 )
-from gpu_worker.engine.outcome import DIFFUSION
-from gpu_worker.engine.rescore import filled_sequence, span_elbo
+from gpu_worker.engine.outcome import AR, DIFFUSION
+from gpu_worker.engine.rescore import filled_sequence, span_elbo, span_reread
 from gpu_worker.engine.run import run
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 PLACEHOLDER = MODELS / "stencil-placeholder"
 DENOISER = MODELS / "stencil-denoiser"
+AR_MODEL = MODELS / "stencil-ar-fim"
+SENTENCE = "The patient reports chest pain on exertion for the past three weeks."
+LETTER = {"segments": [{"text": "Dear Dr. Shah,\n\nRE: Ana Ruiz\n\n"},
+                       {"hole": "history", "max_tokens": 24},
+                       {"text": " I would be grateful for your opinion.\n\nYours sincerely,\nDr. Lee\n"}],
+          "seed": 1}  # fmt: skip
 REQUEST = {
     "segments": [
         {"text": "Dear Dr. Patel,\n\nRE: Maria Lopez\n\nI am referring "},
@@ -96,21 +102,21 @@ def _final_ids(canvas, loaded, texts):
     return ids
 
 
-def test_the_denoiser_reads_a_sentence_as_likelier_than_its_words_shuffled() -> None:
-    loaded = load_backend(DENOISER)
-    sentence = "The patient reports chest pain on exertion for the past three weeks."
-    request = {"segments": [{"text": "Dear Dr. Shah,\n\nRE: Ana Ruiz\n\n"},
-                            {"hole": "history", "max_tokens": 24},
-                            {"text": " I would be grateful for your opinion.\n\nYours sincerely,\nDr. Lee\n"}],
-               "seed": 1}  # fmt: skip
-    canvas = _canvas(loaded, request)
-    words = sentence.split(" ")
+@pytest.mark.parametrize("model", [DENOISER, AR_MODEL], ids=["elbo", "reread"])
+def test_a_sentence_reads_likelier_than_its_words_shuffled(model: Path) -> None:
+    loaded = load_backend(model)
+    canvas = _canvas(loaded, LETTER)
+    words = SENTENCE.split(" ")
     shuffled = " ".join(random.Random(0).sample(words, len(words)))
     scores = {}
-    for name, text in (("original", sentence), ("shuffled", shuffled)):
+    for name, text in (("original", SENTENCE), ("shuffled", shuffled)):
         ids = _final_ids(canvas, loaded, {"history": text})
-        scores[name] = span_elbo(loaded.network, canvas, ids, passes=8)["history"]["elbo"]
-    assert scores["original"] > scores["shuffled"] + 0.5, scores
+        if model == DENOISER:
+            scores[name] = span_elbo(loaded.network, canvas, ids, passes=8)["history"]["elbo"]
+        else:
+            scores[name] = span_reread(loaded.network, canvas, ids)["history"]["reread"]
+            assert scores[name] == span_reread(loaded.network, canvas, ids)["history"]["reread"]
+    assert scores["shuffled"] + 0.5 < scores["original"] <= 0.0, scores
 
 
 def test_a_calibration_reading_the_elbo_makes_the_diffusion_route_compute_it(tmp_path: Path) -> None:
@@ -128,5 +134,20 @@ def test_a_calibration_reading_the_elbo_makes_the_diffusion_route_compute_it(tmp
     data["elbo_passes"] = 0
     with pytest.raises(ValueError, match="elbo_passes"):
         RouteCalibration.from_json(data)
-    with pytest.raises(ValueError, match="needs the span's ELBO"):
+    with pytest.raises(ValueError, match="needs the span's re-read 'elbo'"):
         span_signal("logp_elbo", [0.5])
+    with pytest.raises(ValueError, match="needs the span's re-read 'reread'"):
+        span_signal("logp_reread", [0.5], {"elbo": -1.0, "elbo_min": -2.0})
+
+
+def test_a_calibration_reading_the_reread_makes_the_ar_route_compute_it(tmp_path: Path) -> None:
+    copy = tmp_path / "model"
+    shutil.copytree(AR_MODEL, copy)
+    curve = Isotonic((-12.0, 0.0), (0.1, 0.9))
+    route = RouteCalibration("logp_reread", {ANY_CLASS: curve}, {ANY_CLASS: 0.5}, 0.3)
+    (copy / CALIBRATION_FILE).write_text(json.dumps(Calibration({AR: route}).to_json()))
+    assert RouteCalibration.from_json(route.to_json()) == route  # no ELBO passes needed
+    outcome = run(AR, load_backend(copy), LETTER)
+    assert "rescore" in outcome.timings
+    c = outcome.confidence["history"]
+    assert c["signal"] == "logp_reread" and c["calibrated"] and 0.1 <= c["p"] <= 0.9
