@@ -3,14 +3,14 @@
 Both routes keep, for every position they wrote, the probability the model gave the token it
 committed there (the sampler's ``RowState.confidence``: at its commit, or at its last one
 after a re-mask; the AR route: at its decoding; a ``choices`` hole: the chosen candidate's
-share, on every position of it). From those, and for the diffusion route where its
-calibration asks, the denoiser's few-pass ELBO of the finished span
-(:mod:`gpu_worker.engine.rescore`), a span gets one *signal* (``SIGNALS``,
-``RESCORED_SIGNALS``), and the model directory's ``confidence.json`` maps the signal, per
-route and hole class, to the
-probability that the span is right, as measured on the validation split (an isotonic curve,
-monotone by construction). Without that file the score is the span's geometric-mean token
-probability, marked ``"calibrated": false``.
+share, on every position of it). From those, and where the route's calibration asks, the
+model's re-read of the finished span (:mod:`gpu_worker.engine.rescore`: the denoiser's
+few-pass ELBO, the AR-FIM model's NLL between the filled prefix and suffix), a span gets one
+*signal* (``SIGNALS``, ``RESCORED_SIGNALS``), and the model directory's ``confidence.json``
+maps the signal, per route and hole class, to the probability that the span is right, as
+measured on the validation split (an isotonic curve, monotone by construction). Without that
+file the score is the span's geometric-mean token probability, marked
+``"calibrated": false``.
 
 What a hole gets (``Outcome.confidence[hole]``, the job result's ``confidence``)::
 
@@ -260,7 +260,7 @@ class SpanTokens:
     probs: list[float]
     offsets: list[tuple[int, int]]  # [start, end) of each token in the hole's text
     hole_class: str  # one of HOLE_CLASSES
-    rescored: dict[str, float] | None = None  # the span's ELBO (rescore.span_elbo), if computed
+    rescored: dict[str, float] | None = None  # the span's re-read (gpu_worker.engine.rescore)
 
 
 def hole_class(holes: Sequence[Hole]) -> str:
@@ -278,7 +278,7 @@ def span_tokens(
     rescored: dict[str, dict[str, float]] | None = None,
 ) -> dict[str, SpanTokens]:  # fmt: skip
     """Each request hole's tokens from the final ``ids`` [L] and ``probs`` [L] (nan where
-    the route wrote nothing), with its ELBO from ``rescored`` where given."""
+    the route wrote nothing), with its re-read from ``rescored`` where given."""
     values = probs.detach().to("cpu", torch.float64).tolist()
     texts = canvas.span_texts(ids, tokenizer)
     out: dict[str, SpanTokens] = {}
@@ -376,11 +376,11 @@ def outcome_confidence(
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
     """Every request hole's confidence for ``route`` under ``directory``'s calibration, and
     the domain of the canvas's locked text (None when the model ships no profile).
-    ``rescored``: each hole's ELBO, which a calibration whose signal reads it needs."""
+    ``rescored``: each hole's re-read, which a calibration whose signal reads it needs."""
     domain = assess_text(directory, locked_texts(canvas))
     calibrated = route_calibration(directory, route)
     if calibrated is not None and calibrated.rescores and rescored is None:
-        raise ValueError(f"the {route} calibration of {directory} reads the span ELBO: pass it")
+        raise ValueError(f"the {route} calibration of {directory} reads the span's re-read: pass it")
     score = float(domain["score"]) if domain is not None else 0.0
     tokens = span_tokens(canvas, ids, probs, tokenizer, rescored)
     confidence = {name: hole_confidence(span, calibrated, domain_score=score)

@@ -28,26 +28,14 @@ from gpu_worker.engine.confidence import (
 from gpu_worker.engine.outcome import AR, DIFFUSION
 from gpu_worker.engine.rescore import filled_sequence, span_elbo, span_reread
 from gpu_worker.engine.run import run
+from tests.gpu_worker.test_confidence import AR_MODEL, MODELS, PLACEHOLDER, REQUEST
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
-PLACEHOLDER = MODELS / "stencil-placeholder"
 DENOISER = MODELS / "stencil-denoiser"
-AR_MODEL = MODELS / "stencil-ar-fim"
 SENTENCE = "The patient reports chest pain on exertion for the past three weeks."
 LETTER = {"segments": [{"text": "Dear Dr. Shah,\n\nRE: Ana Ruiz\n\n"},
                        {"hole": "history", "max_tokens": 24},
                        {"text": " I would be grateful for your opinion.\n\nYours sincerely,\nDr. Lee\n"}],
           "seed": 1}  # fmt: skip
-REQUEST = {
-    "segments": [
-        {"text": "Dear Dr. Patel,\n\nRE: Maria Lopez\n\nI am referring "},
-        {"hole": "patient", "max_tokens": 6},
-        {"text": " for an opinion. "},
-        {"hole": "history", "max_tokens": 20},
-        {"text": "\n\nKind regards,\nDr. Ann Hughes\n"},
-    ],
-    "seed": 3,
-}
 
 
 def _canvas(loaded, request):
