@@ -370,14 +370,7 @@ def _fit_route(rows: list[dict[str, Any]], labels: list[bool], signal: str, weig
     )
 
     signals = signals or {}
-    shell = RouteCalibration(signal, {ANY_CLASS: Isotonic((0.0,), (0.0,))}, {ANY_CLASS: 0.0}, 0.0,
-                             weight, dict(signals))  # fmt: skip
     copies = [HANDWRITTEN_COPIES if r["set"] == "handwritten" else 1 for r in rows]
-
-    def fitted(idx: list[int], cls: str) -> Isotonic:
-        scores = [shell.score(rows[i]["probs"], rows[i]["domain_score"], cls, rows[i].get("rescored"))
-                  for i in idx for _ in range(copies[i])]  # fmt: skip
-        return Isotonic.fit(scores, [labels[i] for i in idx for _ in range(copies[i])])
 
     def unfamiliar(i: int) -> bool:
         return unfamiliar_above is not None and rows[i]["domain_score"] > unfamiliar_above
@@ -387,11 +380,18 @@ def _fit_route(rows: list[dict[str, Any]], labels: list[bool], signal: str, weig
         {cls: [i for i in members[ANY_CLASS] if rows[i]["class"] == cls] for cls in HOLE_CLASSES}
     )
     members[UNFAMILIAR] = [i for i in range(len(rows)) if unfamiliar(i)]
-    curves = {ANY_CLASS: fitted(members[ANY_CLASS], ANY_CLASS)}
-    for cls in (*HOLE_CLASSES, UNFAMILIAR):
-        if len(members[cls]) >= MIN_CLASS_SPANS:
-            shell.curves[cls] = Isotonic((0.0,), (0.0,))  # the shell now reads cls's own signal
-            shell.curves[cls] = curves[cls] = fitted(members[cls], cls)
+    own = [cls for cls in (*HOLE_CLASSES, UNFAMILIAR) if len(members[cls]) >= MIN_CLASS_SPANS]
+    # The classes that get a curve of their own, so the shell scores each on the signal the
+    # finished calibration reads it with (RouteCalibration.signal_for).
+    shell = RouteCalibration(signal, dict.fromkeys((ANY_CLASS, *own), Isotonic((0.0,), (0.0,))),
+                             {ANY_CLASS: 0.0}, 0.0, weight, dict(signals))  # fmt: skip
+
+    def fitted(idx: list[int], cls: str) -> Isotonic:
+        scores = [shell.score(rows[i]["probs"], rows[i]["domain_score"], cls, rows[i].get("rescored"))
+                  for i in idx for _ in range(copies[i])]  # fmt: skip
+        return Isotonic.fit(scores, [labels[i] for i in idx for _ in range(copies[i])])
+
+    curves = {cls: fitted(members[cls], cls) for cls in (ANY_CLASS, *own)}
     calibration = RouteCalibration(signal, curves, {}, 0.0, weight,
                                    {k: v for k, v in signals.items() if k in curves})  # fmt: skip
     low: dict[str, float] = {}
